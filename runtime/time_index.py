@@ -1,0 +1,50 @@
+"""The time-index convention (TREP.md §4): what value of ``t`` the time-embedding sees.
+
+One function serves training, export checks and the runtime, so a model never meets a ``t`` at inference that
+it could not have met in training. The convention is stored in the model card as a string.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TimeIndex:
+    """A parsed time-index convention: ``relative`` or ``periodic:P``."""
+
+    kind: str
+    period: int = 0
+
+    def __str__(self) -> str:
+        return "relative" if self.kind == "relative" else f"periodic:{self.period}"
+
+
+def parse_time_index(spec: str) -> TimeIndex:
+    """Parse ``relative`` or ``periodic:P`` (P a positive integer), refusing anything else."""
+    spec = spec.strip()
+    if spec == "relative":
+        return TimeIndex("relative")
+    if spec.startswith("periodic:"):
+        try:
+            period = int(spec.split(":", 1)[1])
+        except ValueError:
+            period = 0
+        if period > 0:
+            return TimeIndex("periodic", period)
+    raise ValueError(f"time index {spec!r} is not understood: use 'relative' or 'periodic:P' with P a positive integer")
+
+
+def time_index(convention: TimeIndex | str, start: np.ndarray | int, length: int) -> np.ndarray:
+    """Return ``t`` (float32, shape ``[batch, length]``) for windows whose first sample has absolute index ``start``.
+
+    ``relative`` ignores ``start`` (t = 0..length-1); ``periodic:P`` gives ``(start + k) mod P``, computed in
+    int64 so a stream of 10^8 or more samples still yields a small, exact float32 value.
+    """
+    conv = parse_time_index(convention) if isinstance(convention, str) else convention
+    starts = np.atleast_1d(np.asarray(start, dtype=np.int64))
+    offsets = np.arange(length, dtype=np.int64)
+    if conv.kind == "relative":
+        return np.broadcast_to(offsets.astype(np.float32), (starts.shape[0], length)).copy()
+    return ((starts[:, None] + offsets[None, :]) % conv.period).astype(np.float32)
