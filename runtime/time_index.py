@@ -36,15 +36,23 @@ def parse_time_index(spec: str) -> TimeIndex:
     raise ValueError(f"time index {spec!r} is not understood: use 'relative' or 'periodic:P' with P a positive integer")
 
 
-def time_index(convention: TimeIndex | str, start: np.ndarray | int, length: int) -> np.ndarray:
-    """Return ``t`` (float32, shape ``[batch, length]``) for windows whose first sample has absolute index ``start``.
+def time_index(
+    convention: TimeIndex | str,
+    start: np.ndarray | int,
+    length: int,
+    origin: np.ndarray | int | None = None,
+) -> np.ndarray:
+    """Return ``t`` (float32, ``[batch, length]``) for steps ``start .. start+length-1`` (absolute indices).
 
-    ``relative`` ignores ``start`` (t = 0..length-1); ``periodic:P`` gives ``(start + k) mod P``, computed in
-    int64 so a stream of 10^8 or more samples still yields a small, exact float32 value.
+    ``relative``: t = index − origin, where origin is the first index of the unit the encoder sees as one
+    sequence (the window at inference, so t = 0..W−1; the training section, so both crops of a sample share
+    t). ``periodic:P``: t = index mod P, computed in int64 so a stream of 10^8+ samples still gives a small,
+    exact float32.
     """
     conv = parse_time_index(convention) if isinstance(convention, str) else convention
     starts = np.atleast_1d(np.asarray(start, dtype=np.int64))
-    offsets = np.arange(length, dtype=np.int64)
+    index = starts[:, None] + np.arange(length, dtype=np.int64)[None, :]
     if conv.kind == "relative":
-        return np.broadcast_to(offsets.astype(np.float32), (starts.shape[0], length)).copy()
-    return ((starts[:, None] + offsets[None, :]) % conv.period).astype(np.float32)
+        base = starts if origin is None else np.atleast_1d(np.asarray(origin, dtype=np.int64))
+        return (index - base[:, None]).astype(np.float32)
+    return (index % conv.period).astype(np.float32)

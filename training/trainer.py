@@ -1,0 +1,241 @@
+"""The pretraining loop: crops, masks, the hierarchical T-Rep loss, AdamW, averaging, exact-resume checkpoints."""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.optim.swa_utils import AveragedModel
+from tqdm import tqdm
+
+from trep_edge.runtime.time_index import parse_time_index, time_index
+
+from .config import TrainConfig
+from .crops import Sections, draw_crops, gather, make_sections, random_keep_mask
+from .device import amp_enabled, autocast, select_device
+from .encoder import EncoderConfig, TRepEncoder
+from .heads import PretextHeads
+from .losses import hierarchical_loss
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = "trep-edge-checkpoint/1"
+
+
+def default_iterations(cfg: TrainConfig, sections: Sections) -> int:
+    """Steps to run: explicit iterations, else epochs × batches per epoch, else 200 (≤ 1e5 values) or 600."""
+    if cfg.iterations is not None:
+        return cfg.iterations
+    per_epoch = max(1, len(sections.x) // min(cfg.batch_size, len(sections.x)))
+    if cfg.epochs is not None:
+        return cfg.epochs * per_epoch
+    return 200 if sections.x.size <= 100_000 else 600
+
+
+def encoder_config(cfg: TrainConfig, input_dims: int) -> EncoderConfig:
+    """The encoder architecture a training configuration implies."""
+    conv = parse_time_index(cfg.time_index)
+    scale = float(conv.period) if conv.kind == "periodic" else float(cfg.max_train_length)
+    return EncoderConfig(
+        input_dims=input_dims,
+        repr_dims=cfg.repr_dims,
+        hidden_dims=cfg.hidden_dims,
+        depth=cfg.depth,
+        time_embedding=cfg.time_embedding,
+        time_embedding_dims=cfg.time_embedding_dims,
+        time_scale=scale,
+        repr_dropout=cfg.repr_dropout,
+    )
+
+
+class Trainer:
+    """Owns the encoder, the pretext heads, the optimiser and every random state, so it can resume exactly."""
+
+    def __init__(self, cfg: TrainConfig, input_dims: int, meta: dict | None = None) -> None:
+        self.cfg = cfg
+        self.device = select_device(cfg.device)
+        self.amp = amp_enabled(self.device, cfg.amp)
+        torch.manual_seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.encoder = TRepEncoder(encoder_config(cfg, input_dims)).to(self.device)
+        te_dims = 0 if cfg.time_embedding == "none" else cfg.time_embedding_dims
+        self.heads = PretextHeads(cfg.repr_dims, te_dims).to(self.device)
+        self.averaged = AveragedModel(self.encoder) if cfg.average_weights else None
+        params = list(self.encoder.parameters()) + list(self.heads.parameters())
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp)
+        self.time_convention = parse_time_index(cfg.time_index)
+        self.meta = dict(meta or {})
+        self.step = 0
+        self.total_steps: int | None = None
+        self.epoch = 0
+        self.order = np.zeros(0, dtype=np.int64)
+        self.cursor = 0
+        self.history: list[dict[str, float]] = []
+
+    def _next_rows(self, count: int) -> np.ndarray:
+        """Indices of the next batch: a fresh permutation per epoch, incomplete tail batches dropped."""
+        batch = min(self.cfg.batch_size, count)
+        if self.cursor + batch > len(self.order) or len(self.order) != count:
+            self.order = self.rng.permutation(count)
+            self.cursor = 0
+            self.epoch += 1
+        rows = self.order[self.cursor : self.cursor + batch]
+        self.cursor += batch
+        return rows
+
+    def _tensor(self, a: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.as_tensor(a, dtype=dtype).to(self.device)
+
+    def train_step(self, sections: Sections) -> dict[str, float]:
+        """One optimiser step on a random batch; returns the total and per-task losses."""
+        self.encoder.train()
+        self.heads.train()
+        rows = self._next_rows(len(sections.x))
+        crops = draw_crops(self.rng, len(rows), sections.x.shape[1], self.cfg.temporal_unit)
+        origin = sections.start[rows]
+        views = []
+        for pos in (crops.pos1, crops.pos2):
+            x = gather(sections.x, rows, pos)
+            t = time_index(self.time_convention, origin + pos[:, 0], pos.shape[1], origin=origin)
+            keep = random_keep_mask(self.rng, x.shape[:2])
+            views.append((self._tensor(x), self._tensor(keep, torch.bool), self._tensor(t)))
+        gen = torch.Generator().manual_seed(int(self.rng.integers(2**62)))
+        with autocast(self.device, self.amp):
+            z1 = self.encoder(*views[0])[:, -crops.overlap :]
+            z2 = self.encoder(*views[1])[:, : crops.overlap]
+            tau = self.encoder.embed_time(views[0][2][:, -crops.overlap :])
+        # The losses run in float32: softmax over dot products overflows float16.
+        loss, parts = hierarchical_loss(
+            z1.float(),
+            z2.float(),
+            None if tau is None else tau.float(),
+            self.heads,
+            self.cfg.weights,
+            gen,
+            delta_max=self.cfg.delta_max,
+            max_pairs=self.cfg.max_pairs,
+            detach_targets=self.cfg.detach_targets,
+        )
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"loss became {float(loss)} at step {self.step}: lower --lr or check the data")
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.averaged is not None:
+            self.averaged.update_parameters(self.encoder)
+        self.step += 1
+        record = {"step": self.step, "loss": float(loss.detach()), **parts}
+        self.history.append(record)
+        return record
+
+    def fit(
+        self,
+        data: np.ndarray,
+        iterations: int | None = None,
+        checkpoint: str | Path | None = None,
+        progress: bool = True,
+    ) -> list[dict[str, float]]:
+        """Train on ``data [N, T, C]`` (NaN = missing) up to the planned number of steps; resumable."""
+        sections = make_sections(np.asarray(data, dtype=np.float32), self.cfg.max_train_length)
+        if sections.x.shape[-1] != self.encoder.cfg.input_dims:
+            raise ValueError(
+                f"data has {sections.x.shape[-1]} channels, the encoder expects {self.encoder.cfg.input_dims}"
+            )
+        if self.total_steps is None:
+            self.total_steps = iterations if iterations is not None else default_iterations(self.cfg, sections)
+        bar = tqdm(total=self.total_steps, initial=self.step, disable=not progress, desc="pretrain", unit="step")
+        records = []
+        while self.step < self.total_steps:
+            record = self.train_step(sections)
+            records.append(record)
+            bar.update(1)
+            bar.set_postfix({k: f"{v:.3f}" for k, v in record.items() if k != "step"})
+            every = self.cfg.checkpoint_every
+            if checkpoint is not None and every and self.step % every == 0:
+                self.save(checkpoint)
+        bar.close()
+        if checkpoint is not None:
+            self.save(checkpoint)
+        return records
+
+    def inference_encoder(self) -> TRepEncoder:
+        """The encoder used downstream (the weight average when kept), in eval mode."""
+        enc = self.averaged.module if self.averaged is not None else self.encoder
+        return enc.eval()
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue training bit-for-bit."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "config": self.cfg.to_dict(),
+            "encoder_config": asdict(self.encoder.cfg),
+            "encoder": self.encoder.state_dict(),
+            "averaged": None if self.averaged is None else self.averaged.state_dict(),
+            "heads": self.heads.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "step": self.step,
+            "total_steps": self.total_steps,
+            "epoch": self.epoch,
+            "order": torch.as_tensor(self.order),
+            "cursor": self.cursor,
+            "numpy_rng": self.rng.bit_generator.state,
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "meta": self.meta,
+            "history": self.history,
+        }
+
+    def save(self, path: str | Path) -> None:
+        """Write a checkpoint atomically (a crash mid-write leaves the previous one intact)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(self.state_dict(), tmp)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | None = None) -> "Trainer":
+        """Restore a trainer from a checkpoint, optionally on another device."""
+        state = read_checkpoint(path)
+        cfg = TrainConfig.from_dict(state["config"])
+        if device is not None:
+            cfg.device = device
+        trainer = cls(cfg, state["encoder_config"]["input_dims"], state["meta"])
+        trainer.encoder.load_state_dict(state["encoder"])
+        if trainer.averaged is not None and state["averaged"] is not None:
+            trainer.averaged.load_state_dict(state["averaged"])
+        trainer.heads.load_state_dict(state["heads"])
+        trainer.optimizer.load_state_dict(state["optimizer"])
+        trainer.scaler.load_state_dict(state["scaler"])
+        trainer.step = state["step"]
+        trainer.total_steps = state["total_steps"]
+        trainer.epoch = state["epoch"]
+        trainer.order = state["order"].numpy()
+        trainer.cursor = state["cursor"]
+        trainer.rng.bit_generator.state = state["numpy_rng"]
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        trainer.history = list(state["history"])
+        return trainer
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """Load a checkpoint file, refusing anything that is not one with a message that says what it is."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several unrelated types for a corrupt or foreign file
+        raise ValueError(f"{path} is not a readable trep-edge checkpoint ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a trep-edge checkpoint (expected format {CHECKPOINT_FORMAT})")
+    return state
+
