@@ -55,9 +55,9 @@ def temporal_contrast(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
 
 
 def jensen_shannon(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """JSD(p‖q) along the last axis, natural log; p and q are strictly positive distributions."""
+    """JSD(p‖q) along the last axis, natural log (bounded by ln 2); 0·log 0 counts as 0."""
     m = 0.5 * (p + q)
-    return 0.5 * (p * (p / m).log()).sum(-1) + 0.5 * (q * (q / m).log()).sum(-1)
+    return 0.5 * torch.xlogy(p, p / m).sum(-1) + 0.5 * torch.xlogy(q, q / m).sum(-1)
 
 
 def sample_distinct_pairs(batch: int, length: int, count: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:

@@ -13,9 +13,16 @@ from torch import nn
 KINDS = ("time2vec", "mlp", "rbf", "none")
 
 
+SIMPLEX_FLOOR = 1e-6
+
+
 def to_simplex(h: torch.Tensor) -> torch.Tensor:
-    """Map raw embeddings onto the simplex along the last axis: sigmoid, then divide by the sum."""
-    s = torch.sigmoid(h)
+    """Map raw embeddings onto the simplex along the last axis: sigmoid, then divide by the sum.
+
+    The sigmoid is floored at SIMPLEX_FLOOR because it saturates to exactly 0 in float32 for large |h| (an MLP
+    fed t in the hundreds gets there), and a zero entry makes the JSD target NaN.
+    """
+    s = torch.sigmoid(h).clamp_min(SIMPLEX_FLOOR)
     return s / s.sum(dim=-1, keepdim=True)
 
 

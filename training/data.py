@@ -1,0 +1,154 @@
+"""Turn a dataset file into training arrays: dispatch on its format, pick channels, difference, normalise."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trep_edge.datasets import paths
+from trep_edge.datasets.ett import load_csv
+from trep_edge.datasets.npy import load_npy
+from trep_edge.datasets.physionet import VITALS, iter_patients
+from trep_edge.datasets.ts_format import load_ts
+from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
+from trep_edge.runtime.preprocess import Normalisation, difference, fit_normalisation
+
+FORMATS = ".csv (ETT-style), .ts (UEA/UCR), .txt (UCR anomaly), .npy, .tar.gz (PhysioNet 2019 .psv)"
+
+
+@dataclass
+class TrainingData:
+    """Normalised training series ``x [N, T, C]`` plus what the model card needs to reproduce the inputs."""
+
+    x: np.ndarray
+    channels: list[str]
+    name: str
+    normalisation: Normalisation
+    differencing: int
+    labels: np.ndarray | None = None
+    test_x: np.ndarray | None = None
+    test_labels: np.ndarray | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the normalised training array: identifies the data a model was trained on."""
+        return hashlib.sha256(np.ascontiguousarray(self.x, dtype=np.float32).tobytes()).hexdigest()
+
+
+def resolve(spec: str, data_root: str | None = None) -> Path:
+    """A path as given if it exists, else relative to the data folder; a clear error when neither exists."""
+    direct = Path(spec).expanduser()
+    if direct.exists():
+        return direct
+    candidate = paths.data_root(data_root) / spec
+    if candidate.exists():
+        return candidate
+    raise FileNotFoundError(f"data {spec!r} not found as a path nor under the data folder {candidate.parent}")
+
+
+def adf_order(x: np.ndarray, max_order: int = 2, p_value: float = 0.05) -> int:
+    """How often to difference: while an ADF test on any channel cannot reject a unit root (TREP.md §5)."""
+    from statsmodels.tsa.stattools import adfuller
+
+    series = np.asarray(x, dtype=np.float64).reshape(-1, x.shape[-1])
+    for order in range(max_order + 1):
+        diffed = difference(series[None], order)[0]
+        has_root = False
+        for c in range(diffed.shape[1]):
+            col = diffed[:, c][~np.isnan(diffed[:, c])]
+            if len(col) > 20 and np.ptp(col) > 0 and adfuller(col, autolag="AIC")[1] > p_value:
+                has_root = True
+        if not has_root:
+            return order
+    return max_order
+
+
+def _select(values: np.ndarray, names: list[str], wanted: list[str] | None, source: Path) -> tuple[np.ndarray, list[str]]:
+    if not wanted:
+        return values, names
+    missing = [w for w in wanted if w not in names]
+    if missing:
+        raise ValueError(f"{source}: channel(s) {missing} not present; available: {names}")
+    idx = [names.index(w) for w in wanted]
+    return values[..., idx], list(wanted)
+
+
+def _rows(values: np.ndarray, rows: str | None) -> np.ndarray:
+    if not rows:
+        return values
+    try:
+        lo_s, hi_s = rows.split(":")
+        lo, hi = (int(lo_s) if lo_s else None), (int(hi_s) if hi_s else None)
+    except ValueError as exc:
+        raise ValueError(f"--rows {rows!r} is not START:END (e.g. 0:8640)") from exc
+    return values[..., lo:hi, :]
+
+
+def load_training_data(
+    spec: str,
+    data_root: str | None = None,
+    channels: list[str] | None = None,
+    rows: str | None = None,
+    max_series: int | None = None,
+    differencing: str | int = 0,
+) -> TrainingData:
+    """Load ``spec`` (a file, or a path under the data folder) as normalised training data.
+
+    UCR anomaly files train on their normal prefix only; UEA/UCR ``.ts`` files bring their TEST split (when
+    present) normalised with the training statistics; PhysioNet archives yield one series per patient.
+    """
+    path = resolve(spec, data_root)
+    name = path.name
+    labels = test_x = test_labels = None
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder: pass one file, e.g. {path}/<name>_TRAIN.ts")
+    if name.endswith(".tar.gz"):
+        wanted = channels or VITALS
+        series = []
+        for patient in iter_patients(path, limit=max_series):
+            x, _ = _select(patient.values, patient.columns, wanted, path)
+            series.append(x)
+        longest = max(len(s) for s in series)
+        x = np.full((len(series), longest, len(wanted)), np.nan, dtype=np.float32)
+        for i, s in enumerate(series):
+            x[i, : len(s)] = s
+        names = list(wanted)
+    elif name.endswith(".csv"):
+        table = load_csv(path)
+        x, names = _select(table.values[None], table.channels, channels, path)
+        x = _rows(x, rows)
+    elif name.endswith(".ts"):
+        x, labels = load_ts(path)
+        names = [f"dim{i}" for i in range(x.shape[-1])]
+        test_path = path.with_name(name.replace("_TRAIN.ts", "_TEST.ts"))
+        if test_path != path and test_path.is_file():
+            test_x, test_labels = load_ts(test_path)
+    elif name.endswith(".txt"):
+        series = load_ucr_anomaly(path)
+        x = series.values[: series.train_end].reshape(1, -1, 1)
+        names = ["value"]
+    elif name.endswith(".npy"):
+        x = load_npy(path)
+        names = [f"dim{i}" for i in range(x.shape[-1])]
+    else:
+        raise ValueError(f"{path}: unknown data format; supported: {FORMATS}")
+    if max_series is not None:
+        x = x[:max_series]
+    order = adf_order(x) if differencing == "auto" else int(differencing)
+    x = difference(x, order)
+    norm = fit_normalisation(x)
+    if test_x is not None:
+        longest = max(x.shape[1], test_x.shape[1])
+        x, test_x = _pad_to(x, longest), norm.apply(difference(_pad_to(test_x, longest), order))
+    return TrainingData(norm.apply(x), names, path.name, norm, order, labels, test_x, test_labels)
+
+
+def _pad_to(x: np.ndarray, length: int) -> np.ndarray:
+    """NaN-pad ``[N, T, C]`` to ``length`` steps so train and test share T (unequal-length sets differ by split)."""
+    if x.shape[1] >= length:
+        return x
+    out = np.full((x.shape[0], length, x.shape[2]), np.nan, dtype=np.float32)
+    out[:, : x.shape[1]] = x
+    return out
