@@ -6,6 +6,8 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
+
 from .config import TrainConfig
 from .data import load_training_data
 from .trainer import Trainer
@@ -47,6 +49,9 @@ def train(args: argparse.Namespace) -> int:
         "normalisation": data.normalisation.to_dict(),
         "differencing": data.differencing,
         "data_fingerprint": data.fingerprint,
+        # Enough to load the same data again (export calibrates on it by default).
+        "data_spec": {"data": args.data, "channels": channels, "rows": args.rows, "max_series": args.max_series,
+                      "difference": data.differencing},
     }
     if args.resume:
         trainer = Trainer.load(args.resume, device=args.device)
@@ -83,3 +88,52 @@ def _evaluate_classification(trainer: Trainer, data) -> float:
     enc = trainer.inference_encoder()
     conv = trainer.cfg.time_index
     return timedim_accuracy(encode(enc, data.x, conv), data.labels, encode(enc, data.test_x, conv), data.test_labels)
+
+
+def export(args: argparse.Namespace) -> int:
+    """``trep-edge export``: ONNX + model card, calibrated on normal data, optionally parity-checked."""
+    from trep_edge.runtime.model_card import Scoring
+
+    from .export import build_card, export_encoder, parity_check
+    from .trainer import Trainer
+
+    trainer = Trainer.load(args.checkpoint, device="cpu")
+    encoder = trainer.inference_encoder()
+    out = Path(args.out)
+    if out.suffix != ".onnx":
+        raise ValueError(f"--out {out} must end in .onnx")
+    if args.window < 2:
+        raise ValueError(f"--window must be at least 2 steps, got {args.window}")
+    scoring = Scoring(z=args.z, beta=args.beta, delay=args.delay)
+    card = build_card(args.name or out.stem, encoder, trainer.meta, trainer.cfg.to_dict(), args.window, scoring, trainer.step)
+    series = None
+    if not args.no_calibration:
+        spec = dict(trainer.meta.get("data_spec") or {})
+        if args.calibration_data:
+            spec.update(data=args.calibration_data, rows=args.calibration_rows, max_series=None)
+        if not spec.get("data"):
+            raise ValueError("the checkpoint does not say what it was trained on: pass --calibration-data or --no-calibration")
+        data = load_training_data(spec["data"], args.data_root, spec.get("channels"), spec.get("rows"),
+                                  spec.get("max_series"), spec.get("difference", 0))
+        if data.channels != card.channels:
+            raise ValueError(f"calibration data has channels {data.channels}, the model {card.channels}")
+        series = [s for s in map(_trim_padding, data.x) if len(s) > 1]
+    engine = export_encoder(encoder, card, out, series, args.calibration_steps)
+    summary = {"model": str(out), "card": str(out.with_suffix("")) + ".card.json", "sha256": engine.sha256,
+               "calibration": None if engine.card.calibration is None else engine.card.calibration.to_dict(),
+               "bytes": out.stat().st_size}
+    status = 0
+    if args.check:
+        real = series[0] if series else None
+        report = parity_check(encoder, engine, real)
+        summary["parity"] = {"max_abs_diff": report.max_abs_diff, "cases": report.cases,
+                             "alerts_identical": report.alerts_identical, "ok": report.ok}
+        status = 0 if report.ok else 1
+    print(json.dumps(summary, indent=2))
+    return status
+
+
+def _trim_padding(series: np.ndarray) -> np.ndarray:
+    """Drop the trailing all-NaN steps that pad shorter series (e.g. patients) to a common length."""
+    observed = np.flatnonzero(~np.isnan(series).all(axis=1))
+    return series[: observed[-1] + 1] if len(observed) else series[:0]

@@ -12,6 +12,7 @@ import sys
 # subcommand -> "module:function" taking the parsed arguments and returning an exit code.
 HANDLERS = {
     "train": "trep_edge.training.commands:train",
+    "export": "trep_edge.training.commands:export",
 }
 
 
@@ -52,12 +53,36 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--evaluate", action="store_true", help="after training a .ts set with a TEST split, report TimeDim SVM accuracy")
 
 
+def _export_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="export a checkpoint to ONNX with its model card",
+        description="Write the encoder as ONNX (inputs x, mask, t; output z) plus NAME.card.json, calibrate the alert "
+        "threshold on normal data with the runtime's scoring code, and optionally check torch/onnxruntime parity.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("checkpoint", help="a checkpoint written by trep-edge train")
+    p.add_argument("--out", required=True, help="output model path, ending in .onnx (the card goes beside it)")
+    p.add_argument("--name", help="model name in the card (default: the file name)")
+    p.add_argument("--window", type=int, default=201, help="scoring window W = padding + 1 (paper: padding 200)")
+    p.add_argument("--z", type=int, default=21, help="previous scores averaged by the adjusted score")
+    p.add_argument("--beta", type=float, default=4.0, help="alert when adjusted score > mu + beta * sigma")
+    p.add_argument("--delay", type=int, default=7, help="readings after an alert during which no new alert is raised")
+    p.add_argument("--calibration-data", help="normal data for the threshold (default: the checkpoint's training data)")
+    p.add_argument("--calibration-rows", help="START:END slice of the calibration data")
+    p.add_argument("--calibration-steps", type=int, default=4000, help="at most this many scored steps for calibration")
+    p.add_argument("--no-calibration", action="store_true", help="leave the threshold to be learned online (cold start)")
+    p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
+    p.add_argument("--check", action="store_true", help="compare torch and onnxruntime (max |diff| <= 1e-4, identical alerts); exit 1 if not")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (also used to document every option with --help)."""
     parser = argparse.ArgumentParser(prog="trep-edge", description="Edge anomaly monitoring with T-Rep representations.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _train_parser(sub)
+    _export_parser(sub)
     return parser
 
 

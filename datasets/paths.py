@@ -1,0 +1,26 @@
+"""Where the shared data folder is: one setting, with a default that works in the checkout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_VAR = "TREP_EDGE_DATA"
+# The data lives beside the repository (../shared/data), never inside it.
+DEFAULT_ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def data_root(override: str | os.PathLike[str] | None = None) -> Path:
+    """Return the data folder: the override, else $TREP_EDGE_DATA, else ../shared/data beside the repo."""
+    if override is not None:
+        root, origin = Path(override), "the data-root argument"
+    elif os.environ.get(ENV_VAR):
+        root, origin = Path(os.environ[ENV_VAR]), f"${ENV_VAR}"
+    else:
+        root, origin = DEFAULT_ROOT, "the default location"
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"data folder {root} (from {origin}) does not exist; "
+            f"set {ENV_VAR} or pass --data-root to point at the shared data folder"
+        )
+    return root

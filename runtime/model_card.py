@@ -1,0 +1,126 @@
+"""The model card: what a runtime must know to feed a model and judge its scores (docs/model-contract.md).
+
+It travels twice: inside the ONNX file (``metadata_props["trep_edge.card"]``) and as ``NAME.card.json`` beside it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .scoring import Calibration
+from .time_index import parse_time_index
+
+SCHEMA_VERSION = 1
+METADATA_KEY = "trep_edge.card"
+TIME_EMBEDDINGS = ("time2vec", "mlp", "rbf", "none")
+
+
+class ModelCardError(ValueError):
+    """A card that is missing, malformed, or does not match its model."""
+
+
+@dataclass
+class Scoring:
+    """Parameters of the streaming score (TREP.md §5)."""
+
+    distance: str = "l1"
+    z: int = 21
+    beta: float = 4.0
+    delay: int = 7
+
+
+@dataclass
+class ModelCard:
+    """Everything the runtime needs besides the graph itself."""
+
+    name: str
+    channels: list[str]
+    normalisation: dict
+    differencing: int
+    time_index: str
+    time_embedding: str
+    window: int
+    repr_dims: int
+    input_dims: int
+    scoring: Scoring = field(default_factory=Scoring)
+    calibration: Calibration | None = None
+    training: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    weights_sha256: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        """Canonical JSON text (sorted keys), identical in the ONNX metadata and the sidecar file."""
+        return json.dumps(asdict(self), sort_keys=True, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "model card") -> "ModelCard":
+        """Parse and validate; every problem is reported with the field name and what was expected."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ModelCardError(f"{source} is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ModelCardError(f"{source} must be a JSON object, got {type(data).__name__}")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ModelCardError(f"{source} has schema_version {version!r}; this runtime reads {SCHEMA_VERSION}")
+        required = ["name", "channels", "normalisation", "differencing", "time_index", "time_embedding",
+                    "window", "repr_dims", "input_dims"]  # fmt: skip
+        missing = [k for k in required if k not in data]
+        if missing:
+            raise ModelCardError(f"{source} lacks field(s) {missing}")
+        try:
+            scoring = Scoring(**data.get("scoring", {}))
+            cal = data.get("calibration")
+            calibration = Calibration.from_dict(cal) if cal is not None else None
+            known = {k: data[k] for k in data if k in cls.__dataclass_fields__ and k not in ("scoring", "calibration")}
+            card = cls(**known, scoring=scoring, calibration=calibration)
+        except (TypeError, KeyError, ValueError) as exc:
+            raise ModelCardError(f"{source}: {exc}") from exc
+        card.validate(source)
+        return card
+
+    def validate(self, source: str = "model card") -> None:
+        """Check internal consistency (types, sizes, known conventions)."""
+        problems = []
+        if not isinstance(self.channels, list) or not all(isinstance(c, str) and c for c in self.channels):
+            problems.append("channels must be a list of non-empty names")
+        elif len(set(self.channels)) != len(self.channels):
+            problems.append(f"channels must be unique, got {self.channels}")
+        elif len(self.channels) != self.input_dims:
+            problems.append(f"{len(self.channels)} channels named but input_dims is {self.input_dims}")
+        norm = self.normalisation if isinstance(self.normalisation, dict) else {}
+        for key in ("mean", "std"):
+            values = norm.get(key)
+            if not isinstance(values, list) or len(values) != self.input_dims:
+                problems.append(f"normalisation.{key} must list {self.input_dims} numbers")
+            elif key == "std" and any((not isinstance(v, (int, float))) or v <= 0 for v in values):
+                problems.append("normalisation.std values must be positive numbers")
+        try:
+            parse_time_index(self.time_index)
+        except (ValueError, AttributeError) as exc:
+            problems.append(str(exc))
+        if self.time_embedding not in TIME_EMBEDDINGS:
+            problems.append(f"time_embedding {self.time_embedding!r} is not one of {TIME_EMBEDDINGS}")
+        for key in ("window", "repr_dims", "input_dims"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or value < 1:
+                problems.append(f"{key} must be a positive integer, got {value!r}")
+        if not isinstance(self.differencing, int) or not 0 <= self.differencing <= 3:
+            problems.append(f"differencing must be 0..3, got {self.differencing!r}")
+        if self.scoring.distance != "l1":
+            problems.append(f"scoring.distance {self.scoring.distance!r} is not supported (l1)")
+        if self.scoring.z < 1 or self.scoring.delay < 0:
+            problems.append("scoring.z must be ≥ 1 and scoring.delay ≥ 0")
+        if self.calibration is not None and not self.calibration.sigma >= 0:
+            problems.append("calibration.sigma must be ≥ 0")
+        if problems:
+            raise ModelCardError(f"{source} is invalid: " + "; ".join(problems))
+
+
+def sidecar_path(model_path: str | Path) -> Path:
+    """``models/NAME.onnx`` → ``models/NAME.card.json``."""
+    p = Path(model_path)
+    return p.with_name(p.name[: -len(".onnx")] + ".card.json" if p.name.endswith(".onnx") else p.name + ".card.json")

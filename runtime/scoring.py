@@ -1,0 +1,504 @@
+"""Anomaly scores, thresholds and the alert decision of the streaming protocol (TREP.md §5), numpy only.
+
+The daemon (many streams, one reading per tick) and offline evaluation / export calibration (one long series at
+once) both use this module, and get the same numbers:
+
+1. ``raw_score``: ``α_t = ||r^u_t - r^m_t||_1`` between the last-step representations of the unmasked and the
+   last-step-masked window.
+2. Adjusted score ``α^adj_t = (α_t - ᾱ_t) / max(ᾱ_t, EPS)`` with ``ᾱ_t`` the mean of the previous ``min(z, n_t)``
+   raw scores, ``n_t`` = how many finite raw scores the stream has produced before t (``α_t`` itself excluded,
+   as in the reference code). With no previous score (or fewer than ``min_history``) the adjusted score is NaN.
+   Callers pass NaN as the raw score of a missing reading (its unmasked and masked representations coincide, so
+   its L1 distance is a meaningless exact 0): its adjusted score is NaN and the history does not advance, so it
+   neither enters later means nor counts as one of the z previous scores.
+   ``EPS`` guards ``ᾱ_t == 0``: raw scores are L1 distances (≥ 0), so ``ᾱ_t`` is 0 only after a run of exact
+   zeros; a later non-zero score is then a jump from nothing and gets a very large adjusted score, while a
+   zero stays 0.
+3. Threshold ``μ + β σ`` from a ``Calibration`` of normal data (``calibrate``) or, for a cold start, from
+   ``OnlineCalibration`` (expanding, per stream; the threshold applied to a score is the one from the scores
+   before it, and scores above it are not learned). NaN adjusted scores never alert and never enter statistics.
+4. ``detect``/``Detector``: alert when the adjusted score exceeds the threshold, except within ``delay`` points
+   after the previous alert (refractory period of the paper protocol).
+
+``StreamScorer`` chains 2–4 for S streams; ``score_series`` gives the same results for one series at once.
+Streaming state lives in ``StreamState`` subclasses: rows of numpy arrays (row i = stream i), saved and restored
+as a flat dict of arrays (``np.savez``-able, or JSON after ``.tolist()``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, TypeVar
+
+import numpy as np
+
+EPS = 1e-12
+"""Floor of the mean previous raw score in the adjusted-score denominator (guards ᾱ_t == 0)."""
+
+DEFAULT_MIN_COUNT = 100
+"""Finite adjusted scores a stream needs before its online threshold exists (warm-up)."""
+
+StateT = TypeVar("StateT", bound="StreamState")
+
+
+def raw_score(z_unmasked: np.ndarray, z_masked: np.ndarray) -> np.ndarray:
+    """Return the L1 distance over the last axis (``[..., F] -> [...]``, float64) between two representations."""
+    zu = np.asarray(z_unmasked)
+    zm = np.asarray(z_masked)
+    if zu.shape != zm.shape or zu.ndim == 0:
+        raise ValueError(
+            f"z_unmasked {zu.shape} and z_masked {zm.shape} must have the same shape [..., F] with at least one axis"
+        )
+    return np.abs(zu.astype(np.float64) - zm.astype(np.float64)).sum(axis=-1)
+
+
+def _check_raw(raw: np.ndarray) -> np.ndarray:
+    raw = np.asarray(raw, dtype=np.float64)
+    if np.any(np.isinf(raw)) or np.any(raw < 0):
+        raise ValueError("raw scores must be finite and >= 0 (L1 distances), or NaN for a reading without a score")
+    return raw
+
+
+def _check_window(z: int, min_history: int) -> None:
+    if z < 1:
+        raise ValueError(f"z (number of previous scores averaged) must be >= 1, got {z}")
+    if not 1 <= min_history <= z:
+        raise ValueError(f"min_history must be in 1..z={z}, got {min_history}")
+
+
+def _adjust(raw: np.ndarray, previous: np.ndarray, count: np.ndarray, min_history: int) -> np.ndarray:
+    """Adjusted scores from raw ``[n]``, previous scores ``[n, z]`` (oldest first, zero-padded) and their counts."""
+    # An explicit left-to-right sum fixes the order of the float additions whatever memory layout numpy sees (a
+    # strided sliding view offline, a gathered copy when streaming), so both paths are bit-identical; a cumsum
+    # difference would not be, and would lose precision on long series.
+    total = np.zeros(raw.shape[0])
+    for k in range(previous.shape[1]):
+        total += previous[:, k]
+    mean = total / np.maximum(count, 1)
+    adjusted = (raw - mean) / np.maximum(mean, EPS)
+    adjusted[count < min_history] = np.nan
+    return adjusted
+
+
+def adjust_scores(raw: np.ndarray, z: int = 21, min_history: int = 1) -> np.ndarray:
+    """Return the adjusted scores ``[T]`` of one series of raw scores ``[T]`` (module docstring, step 2).
+
+    ``min_history=1`` uses whatever previous scores exist; ``min_history=z`` reproduces the reference code,
+    which leaves the first z scores undefined.
+    """
+    raw = _check_raw(raw)
+    if raw.ndim != 1:
+        raise ValueError(f"raw must be a 1-D series [T], got shape {raw.shape}")
+    _check_window(z, min_history)
+    scored = ~np.isnan(raw)
+    values = raw[scored]
+    n = values.shape[0]
+    padded = np.concatenate([np.zeros(z), values])
+    previous = np.lib.stride_tricks.sliding_window_view(padded, z)[:n]
+    out = np.full(raw.shape, np.nan)
+    out[scored] = _adjust(values, previous, np.minimum(np.arange(n), z), min_history)
+    return out
+
+
+class StreamState:
+    """Per-stream streaming state held as rows of numpy arrays (row i = stream i), with save/restore.
+
+    Subclasses define ``_fresh(n)`` (initial rows for n new streams, one array per attribute name) and
+    ``_config()`` (JSON-able constructor keyword arguments other than ``n_streams``).
+    """
+
+    def __init__(self, n_streams: int = 0) -> None:
+        fresh = self._fresh(n_streams)
+        self._names = tuple(fresh)
+        for name, rows in fresh.items():
+            setattr(self, name, rows)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def _config(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def _from_config(cls: type[StateT], config: dict[str, Any]) -> StateT:
+        return cls(**config)
+
+    @property
+    def n_streams(self) -> int:
+        """Number of streams (rows)."""
+        return int(getattr(self, self._names[0]).shape[0])
+
+    def _rows(self, stream_idx: np.ndarray, values: np.ndarray | None = None, name: str = "values") -> np.ndarray:
+        """Validate stream indices (1-D, distinct, in range) and, if given, that ``values`` matches them."""
+        idx = np.asarray(stream_idx)
+        if idx.ndim != 1 or not (np.issubdtype(idx.dtype, np.integer) or idx.size == 0):
+            raise ValueError(f"stream_idx must be a 1-D integer array, got shape {idx.shape} dtype {idx.dtype}")
+        idx = idx.astype(np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n_streams):
+            raise ValueError(f"stream_idx must lie in 0..{self.n_streams - 1}; add streams with add_streams first")
+        if np.unique(idx).size != idx.size:
+            raise ValueError("stream_idx must not repeat a stream within one call: feed one reading per stream")
+        if values is not None and np.shape(values) != idx.shape:
+            raise ValueError(f"{name} must have shape {idx.shape} (one value per stream_idx), got {np.shape(values)}")
+        return idx
+
+    def add_streams(self, n: int) -> np.ndarray:
+        """Append ``n`` fresh streams and return their indices."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        start = self.n_streams
+        for name, rows in self._fresh(n).items():
+            setattr(self, name, np.concatenate([getattr(self, name), rows]))
+        return np.arange(start, start + n)
+
+    def remove_streams(self, stream_idx: np.ndarray) -> None:
+        """Drop streams; later streams move down to fill the gaps, as ``np.delete`` would renumber them."""
+        idx = self._rows(stream_idx)
+        for name in self._names:
+            setattr(self, name, np.delete(getattr(self, name), idx, axis=0))
+
+    def reset_streams(self, stream_idx: np.ndarray) -> None:
+        """Return streams to their initial state, keeping their indices."""
+        idx = self._rows(stream_idx)
+        for name, rows in self._fresh(idx.size).items():
+            getattr(self, name)[idx] = rows
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Return a copy of the state: ``config`` (a JSON string as a 0-d array) and one array per field."""
+        state = {"config": np.array(json.dumps(self._config()))}
+        state.update({name: getattr(self, name).copy() for name in self._names})
+        return state
+
+    @classmethod
+    def from_state(cls: type[StateT], state: Mapping[str, Any]) -> StateT:
+        """Rebuild from ``state_dict()`` output, or from it after ``{k: v.tolist()}`` and a JSON round trip."""
+        obj = cls._from_config(json.loads(str(np.asarray(state["config"]))))
+        arrays = {}
+        for name in obj._names:
+            template = getattr(obj, name)
+            arr = np.asarray(state[name], dtype=template.dtype)
+            if arr.size == 0:
+                arr = arr.reshape((0,) + template.shape[1:])
+            if arr.shape[1:] != template.shape[1:]:
+                raise ValueError(f"state[{name!r}] has shape {arr.shape}, expected [S, *{template.shape[1:]}]")
+            arrays[name] = arr
+        if len({a.shape[0] for a in arrays.values()}) != 1:
+            shapes = {k: a.shape for k, a in arrays.items()}
+            raise ValueError(f"state arrays disagree on the number of streams: {shapes}")
+        for name, arr in arrays.items():
+            setattr(obj, name, arr.copy())
+        return obj
+
+
+class ScoreHistory(StreamState):
+    """The previous ``z`` finite raw scores of each of S streams; ``push`` turns raw scores into adjusted ones.
+
+    State: ``ring_`` ``[S, z]`` (unwritten slots hold 0), ``pos_`` ``[S]`` next slot to write (the oldest),
+    ``count_`` ``[S]`` finite scores seen, capped at z.
+    """
+
+    def __init__(self, z: int = 21, n_streams: int = 0, min_history: int = 1) -> None:
+        _check_window(z, min_history)
+        self.z = z
+        self.min_history = min_history
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {
+            "ring_": np.zeros((n, self.z)),
+            "pos_": np.zeros(n, dtype=np.int64),
+            "count_": np.zeros(n, dtype=np.int64),
+        }
+
+    def _config(self) -> dict[str, Any]:
+        return {"z": self.z, "min_history": self.min_history}
+
+    def push(self, stream_idx: np.ndarray, raw: np.ndarray) -> np.ndarray:
+        """Return the adjusted scores of one new raw score per selected stream, then record the finite ones."""
+        idx = self._rows(stream_idx, raw, "raw")
+        raw = _check_raw(raw)
+        pos = self.pos_[idx]
+        # Oldest first, so the sum runs in the same order as adjust_scores' sliding window.
+        slots = (pos[:, None] + np.arange(self.z)) % self.z
+        previous = self.ring_[idx[:, None], slots]
+        count = self.count_[idx]
+        adjusted = _adjust(raw, previous, count, self.min_history)
+        scored = ~np.isnan(raw)
+        rows = idx[scored]
+        self.ring_[rows, pos[scored]] = raw[scored]
+        self.pos_[rows] = (pos[scored] + 1) % self.z
+        self.count_[rows] = np.minimum(count[scored] + 1, self.z)
+        return adjusted
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Statistics of the adjusted score on normal data: mean ``mu``, population std ``sigma`` of ``n`` scores."""
+
+    mu: float
+    sigma: float
+    n: int
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the model card's ``calibration`` object."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, card: Mapping[str, Any]) -> Calibration:
+        """Read the model card's ``calibration`` object."""
+        source = str(card.get("source", ""))
+        return cls(mu=float(card["mu"]), sigma=float(card["sigma"]), n=int(card["n"]), source=source)
+
+
+def calibrate(adjusted: np.ndarray, source: str = "") -> Calibration:
+    """Return mean and population std (ddof=0, as the reference) of the finite adjusted scores of normal data."""
+    values = np.asarray(adjusted, dtype=np.float64).ravel()
+    values = values[np.isfinite(values)]
+    if values.size < 2:
+        raise ValueError(f"calibrate needs at least 2 finite adjusted scores of normal data, got {values.size}")
+    return Calibration(mu=float(values.mean()), sigma=float(values.std()), n=int(values.size), source=source)
+
+
+def threshold(cal: Calibration, beta: float) -> float:
+    """Return the alert threshold ``mu + beta * sigma``."""
+    return cal.mu + beta * cal.sigma
+
+
+class OnlineCalibration(StreamState):
+    """Expanding (Welford) mean and population variance of each stream's adjusted scores, for a cold start.
+
+    A stream has a threshold ``mean + beta * std`` once it has ``min_count`` scores; before that ``threshold``
+    gives NaN, which never alerts. A score above the stream's current threshold is left out of the statistics:
+    a clear anomaly must not inflate the baseline and hide the next one (the offline ``calibrate`` sees normal
+    data only, and this keeps the two comparable). The price: a lasting change to larger scores keeps alerting
+    until the stream is reset or recalibrated, and anomalies during warm-up are learned.
+    State: ``count_``, ``mean_``, ``m2_`` (sum of squared deviations), all ``[S]``.
+    """
+
+    def __init__(self, beta: float = 4.0, min_count: int = DEFAULT_MIN_COUNT, n_streams: int = 0) -> None:
+        if min_count < 2:
+            raise ValueError(f"min_count must be >= 2 (a std needs two scores), got {min_count}")
+        self.beta = float(beta)
+        self.min_count = int(min_count)
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {"count_": np.zeros(n, dtype=np.int64), "mean_": np.zeros(n), "m2_": np.zeros(n)}
+
+    def _config(self) -> dict[str, Any]:
+        return {"beta": self.beta, "min_count": self.min_count}
+
+    def stats(self, stream_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Return (count, mean, population std) of the selected streams; NaN mean and std for an empty stream."""
+        idx = self._rows(stream_idx)
+        count = self.count_[idx]
+        seen = count > 0
+        mean = np.where(seen, self.mean_[idx], np.nan)
+        std = np.where(seen, np.sqrt(self.m2_[idx] / np.maximum(count, 1)), np.nan)
+        return count, mean, std
+
+    def threshold(self, stream_idx: np.ndarray) -> np.ndarray:
+        """Return each selected stream's current threshold, NaN while it is warming up."""
+        return self._threshold_rows(self._rows(stream_idx))
+
+    def update(self, stream_idx: np.ndarray, adjusted: np.ndarray) -> None:
+        """Learn the finite adjusted scores that do not exceed their stream's current threshold."""
+        idx = self._rows(stream_idx, adjusted, "adjusted")
+        self._learn_rows(idx, np.asarray(adjusted, dtype=np.float64), self._threshold_rows(idx))
+
+    # Unchecked halves of threshold/update, for this module's per-step loops where validation would dominate.
+    def _threshold_rows(self, idx: np.ndarray) -> np.ndarray:
+        count = self.count_[idx]
+        std = np.sqrt(self.m2_[idx] / np.maximum(count, 1))
+        return np.where(count >= self.min_count, self.mean_[idx] + self.beta * std, np.nan)
+
+    def _learn_rows(self, idx: np.ndarray, adjusted: np.ndarray, thresholds: np.ndarray) -> None:
+        learn = np.isfinite(adjusted) & ~(adjusted > thresholds)
+        rows, x = idx[learn], adjusted[learn]
+        count = self.count_[rows] + 1
+        delta = x - self.mean_[rows]
+        mean = self.mean_[rows] + delta / count
+        self.m2_[rows] += delta * (x - mean)
+        self.mean_[rows] = mean
+        self.count_[rows] = count
+
+
+def _check_delay(delay: int) -> None:
+    if delay < 0:
+        raise ValueError(f"delay (points suppressed after an alert) must be >= 0, got {delay}")
+
+
+def detect(adjusted: np.ndarray, thresholds: np.ndarray | float, delay: int) -> np.ndarray:
+    """Return alerts ``[T]``: score above threshold and no alert in the previous ``delay`` points.
+
+    Suppressed exceedances are not alerts and do not extend the suppression (the reference protocol). NaN
+    scores or thresholds never alert.
+    """
+    _check_delay(delay)
+    adjusted = np.asarray(adjusted, dtype=np.float64)
+    if adjusted.ndim != 1:
+        raise ValueError(f"adjusted must be a 1-D series [T], got shape {adjusted.shape}")
+    thresholds = np.broadcast_to(np.asarray(thresholds, dtype=np.float64), adjusted.shape)
+    alerts = np.zeros(adjusted.shape, dtype=bool)
+    last = -delay - 1
+    # A loop over exceedances only (few), as each alert decides whether the next exceedance is suppressed.
+    for i in np.flatnonzero(adjusted > thresholds):
+        if i - last > delay:
+            alerts[i] = True
+            last = i
+    return alerts
+
+
+class Detector(StreamState):
+    """Streaming ``detect`` for S streams: points since each stream's last alert, capped at ``delay + 1``.
+
+    Every ``step`` call for a stream is a point, whatever its score (NaN included).
+    State: ``since_`` ``[S]``.
+    """
+
+    def __init__(self, delay: int = 0, n_streams: int = 0) -> None:
+        _check_delay(delay)
+        self.delay = int(delay)
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {"since_": np.full(n, self.delay + 1, dtype=np.int64)}
+
+    def _config(self) -> dict[str, Any]:
+        return {"delay": self.delay}
+
+    def step(self, stream_idx: np.ndarray, adjusted: np.ndarray, thresholds: np.ndarray | float) -> np.ndarray:
+        """Return the alert flag of one new point per selected stream."""
+        idx = self._rows(stream_idx, adjusted, "adjusted")
+        thresholds = np.broadcast_to(np.asarray(thresholds, dtype=np.float64), idx.shape)
+        since = np.minimum(self.since_[idx] + 1, self.delay + 1)
+        alerts = (np.asarray(adjusted, dtype=np.float64) > thresholds) & (since > self.delay)
+        self.since_[idx] = np.where(alerts, 0, since)
+        return alerts
+
+
+@dataclass(frozen=True)
+class ScoredSeries:
+    """Adjusted scores, thresholds (NaN while warming up) and alert flags, aligned along time or streams."""
+
+    adjusted: np.ndarray
+    thresholds: np.ndarray
+    alerts: np.ndarray
+
+
+class StreamScorer:
+    """Raw scores to alerts for S streams: ``ScoreHistory`` → fixed or ``OnlineCalibration`` threshold → ``Detector``.
+
+    With ``calibration`` the threshold is ``threshold(calibration, beta)`` for every stream; without, each stream
+    learns its own online (cold start) with ``min_count`` scores of warm-up.
+    """
+
+    def __init__(
+        self,
+        z: int = 21,
+        beta: float = 4.0,
+        delay: int = 0,
+        calibration: Calibration | None = None,
+        min_count: int = DEFAULT_MIN_COUNT,
+        min_history: int = 1,
+        n_streams: int = 0,
+    ) -> None:
+        self.calibration = calibration
+        self.beta = float(beta)
+        self.history = ScoreHistory(z, n_streams, min_history)
+        self.online = OnlineCalibration(beta, min_count, n_streams if calibration is None else 0)
+        self.detector = Detector(delay, n_streams)
+
+    def _parts(self) -> dict[str, StreamState]:
+        # The online statistics are only kept (and saved) when no fixed calibration replaces them.
+        parts: dict[str, StreamState] = {"history": self.history, "detector": self.detector}
+        if self.calibration is None:
+            parts["online"] = self.online
+        return parts
+
+    @property
+    def n_streams(self) -> int:
+        """Number of streams."""
+        return self.history.n_streams
+
+    def add_streams(self, n: int) -> np.ndarray:
+        """Append ``n`` fresh streams and return their indices."""
+        for part in self._parts().values():
+            new = part.add_streams(n)
+        return new
+
+    def remove_streams(self, stream_idx: np.ndarray) -> None:
+        """Drop streams; later streams move down to fill the gaps (``np.delete`` numbering)."""
+        for part in self._parts().values():
+            part.remove_streams(stream_idx)
+
+    def reset_streams(self, stream_idx: np.ndarray) -> None:
+        """Return streams to their initial state, keeping their indices."""
+        for part in self._parts().values():
+            part.reset_streams(stream_idx)
+
+    def step(self, stream_idx: np.ndarray, raw: np.ndarray) -> ScoredSeries:
+        """Score one new raw score per selected stream; returns arrays aligned with ``stream_idx``."""
+        adjusted = self.history.push(stream_idx, raw)
+        if self.calibration is None:
+            thresholds = self.online.threshold(stream_idx)
+            self.online._learn_rows(np.asarray(stream_idx), adjusted, thresholds)
+        else:
+            thresholds = np.full(adjusted.shape, threshold(self.calibration, self.beta))
+        alerts = self.detector.step(stream_idx, adjusted, thresholds)
+        return ScoredSeries(adjusted, thresholds, alerts)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Return a copy of the state as one flat dict of arrays (parts' keys prefixed ``history/`` etc.)."""
+        cal = None if self.calibration is None else self.calibration.to_dict()
+        state = {"config": np.array(json.dumps({"beta": self.beta, "calibration": cal}))}
+        for prefix, part in self._parts().items():
+            state.update({f"{prefix}/{k}": v for k, v in part.state_dict().items()})
+        return state
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> StreamScorer:
+        """Rebuild from ``state_dict()`` output (or its JSON round trip)."""
+        config = json.loads(str(np.asarray(state["config"])))
+        obj = cls(beta=config["beta"])
+        if config["calibration"] is not None:
+            obj.calibration = Calibration.from_dict(config["calibration"])
+        for prefix, part in obj._parts().items():
+            sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
+            setattr(obj, prefix, type(part).from_state(sub))
+        return obj
+
+
+def score_series(
+    raw: np.ndarray,
+    z: int = 21,
+    cal: Calibration | None = None,
+    beta: float = 4.0,
+    delay: int = 7,
+    min_count: int = DEFAULT_MIN_COUNT,
+    min_history: int = 1,
+) -> ScoredSeries:
+    """Score one series of raw scores ``[T]`` at once, with exactly the results of a ``StreamScorer``.
+
+    The adjusted scores and the fixed-threshold path are vectorised (tests prove them equal to the streaming
+    classes); the online threshold depends on which earlier scores exceeded it, so it runs ``OnlineCalibration``
+    one step at a time.
+    """
+    _check_delay(delay)
+    adjusted = adjust_scores(raw, z, min_history)
+    if cal is not None:
+        thresholds = np.full(adjusted.shape, threshold(cal, beta))
+    else:
+        thresholds = np.empty(adjusted.shape)
+        online = OnlineCalibration(beta, min_count, n_streams=1)
+        one = np.zeros(1, dtype=np.int64)
+        current = math.nan
+        for t in range(adjusted.shape[0]):
+            thresholds[t] = current
+            # Only a finite score can change the statistics; skipping the others keeps this loop cheap.
+            if math.isfinite(adjusted[t]):
+                online._learn_rows(one, adjusted[t : t + 1], thresholds[t : t + 1])
+                current = online._threshold_rows(one)[0]
+    return ScoredSeries(adjusted, thresholds, detect(adjusted, thresholds, delay))

@@ -1,0 +1,119 @@
+import numpy as np
+import pytest
+from loader_checks import assert_names, require
+
+from trep_edge.datasets import DataFormatError, load_csv
+
+ETT_CHANNELS = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
+ICU_CSV = "icu_vitals/s00001_numerics/s00001-2896-10-10-00-31n_decoded.csv"
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_etth1_has_17420_hours_of_7_channels_with_timestamps(shared_data):
+    series = load_csv(require(shared_data / "ETT" / "ETTh1.csv"))
+    assert series.values.shape == (17420, 7)
+    assert series.values.dtype == np.float32
+    assert series.channels == ETT_CHANNELS
+    assert series.name == "ETTh1"
+    assert series.timestamps[0] == np.datetime64("2016-07-01T00:00:00")
+    assert series.timestamps[1] - series.timestamps[0] == np.timedelta64(1, "h")
+    np.testing.assert_allclose(series.values[0, -1], 30.531, rtol=1e-6)
+
+
+def test_icu_numerics_empty_cells_are_nan_and_zeros_kept_by_default(shared_data):
+    series = load_csv(require(shared_data / ICU_CSV))
+    assert series.values.shape == (1936, 11)
+    assert series.channels[0] == "minute"
+    assert series.timestamps is None
+    nbp = series.channels.index("NBPSys[mmHg]")
+    assert np.isnan(series.values[0, nbp])
+    assert series.values[0, series.channels.index("HR[bpm]")] == 0
+
+
+def test_icu_numerics_zero_as_missing_for_named_channels_keeps_minute_counter(shared_data):
+    series = load_csv(require(shared_data / ICU_CSV), zero_as_missing=["HR[bpm]", "SpO2[%]"])
+    assert series.values[0, 0] == 0
+    assert np.isnan(series.values[0, series.channels.index("HR[bpm]")])
+    assert series.values[0, series.channels.index("RESP[pm]")] == 23
+
+
+def test_zero_as_missing_true_applies_to_every_channel(tmp_path):
+    series = load_csv(write(tmp_path, "z.csv", "a,b\n0,1\n2,0\n"), zero_as_missing=True)
+    np.testing.assert_array_equal(np.isnan(series.values), [[True, False], [False, True]])
+
+
+def test_zero_as_missing_unknown_channel_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="HR"):
+        load_csv(write(tmp_path, "z.csv", "a,b\n0,1\n"), zero_as_missing=["HR"])
+
+
+def test_date_column_becomes_timestamps_and_empty_cells_nan(tmp_path):
+    path = write(tmp_path, "s.csv", "date,x,y\n2020-01-01 00:00:00,1.5,\n2020-01-01 01:00:00,,2\n")
+    series = load_csv(path)
+    assert series.channels == ["x", "y"]
+    np.testing.assert_array_equal(series.timestamps, np.array(["2020-01-01T00", "2020-01-01T01"], "datetime64[s]"))
+    np.testing.assert_array_equal(np.isnan(series.values), [[False, True], [True, False]])
+    assert series.values[0, 0] == 1.5
+
+
+def test_numeric_first_column_is_a_channel(tmp_path):
+    series = load_csv(write(tmp_path, "n.csv", "t,x\n20200101,1\n20200102,2\n"))
+    assert series.timestamps is None
+    assert series.channels == ["t", "x"]
+    assert series.values[1, 0] == np.float32(20200102)
+
+
+def test_blank_lines_are_skipped_and_line_numbers_stay_true(tmp_path):
+    path = write(tmp_path, "gap.csv", "x,y\n1,2\n\n3,abc\n")
+    with pytest.raises(DataFormatError) as error:
+        load_csv(path)
+    assert_names(error, "gap.csv", 4, "column 'y' value 'abc' is not a number")
+
+
+def test_non_number_names_file_line_column_and_value(tmp_path):
+    path = write(tmp_path, "ETTh1.csv", "date,HUFL,OT\n2016-07-01 00:00:00,1,2\n2016-07-01 01:00:00,1,abc\n")
+    with pytest.raises(DataFormatError) as error:
+        load_csv(path)
+    assert_names(error, "ETTh1.csv", 3, "column 'OT' value 'abc' is not a number")
+
+
+def test_wrong_column_count_is_refused(tmp_path):
+    with pytest.raises(DataFormatError) as error:
+        load_csv(write(tmp_path, "short.csv", "a,b,c\n1,2,3\n4,5\n"))
+    assert_names(error, "short.csv", 3, "expected 3 columns, found 2")
+
+
+def test_bad_date_is_refused(tmp_path):
+    path = write(tmp_path, "dates.csv", "date,x\n2020-01-01 00:00,1\nyesterday,2\n")
+    with pytest.raises(DataFormatError) as error:
+        load_csv(path)
+    assert_names(error, "dates.csv", 3, "column 'date' value 'yesterday' is not an ISO 8601 date-time")
+
+
+def test_missing_header_is_refused(tmp_path):
+    with pytest.raises(DataFormatError) as error:
+        load_csv(write(tmp_path, "nohead.csv", "1,2\n3,4\n"))
+    assert_names(error, "nohead.csv", 1, "no header row")
+
+
+def test_duplicate_column_names_are_refused(tmp_path):
+    with pytest.raises(DataFormatError) as error:
+        load_csv(write(tmp_path, "dup.csv", "a,b,a\n1,2,3\n"))
+    assert_names(error, "dup.csv", 1, "duplicate column name 'a'")
+
+
+def test_empty_file_is_refused(tmp_path):
+    with pytest.raises(DataFormatError) as error:
+        load_csv(write(tmp_path, "empty.csv", ""))
+    assert_names(error, "empty.csv", None, "file is empty")
+
+
+def test_header_without_rows_is_refused(tmp_path):
+    with pytest.raises(DataFormatError) as error:
+        load_csv(write(tmp_path, "head.csv", "a,b\n"))
+    assert_names(error, "head.csv", None, "no data rows")

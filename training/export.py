@@ -1,0 +1,219 @@
+"""Export a trained encoder to ONNX with its model card, calibrate its threshold, and check parity.
+
+The graph follows docs/model-contract.md. Calibration runs the runtime's own offline scoring on the exported
+graph, so the threshold in the card is the one the daemon would compute on the same data.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+from trep_edge import __version__
+from trep_edge.runtime.engine import Engine, load_engine
+from trep_edge.runtime.model_card import METADATA_KEY, ModelCard, Scoring, sidecar_path
+from trep_edge.runtime.offline import raw_scores
+from trep_edge.runtime.scoring import Calibration, adjust_scores, calibrate, score_series
+from trep_edge.runtime.time_index import parse_time_index, time_index
+
+from .encoder import TRepEncoder
+
+log = logging.getLogger(__name__)
+
+OPSET = 18
+
+
+def weights_sha256(module: torch.nn.Module) -> str:
+    """sha256 over the parameters and buffers, in name order: identifies the weights independent of file format."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def export_graph(encoder: TRepEncoder, path: Path, opset: int = OPSET) -> None:
+    """Write the encoder as an ONNX graph with dynamic batch and time, and run the full ONNX checker on it."""
+    encoder = encoder.eval().cpu()
+    c = encoder.cfg.input_dims
+    example = (torch.randn(2, 16, c), torch.ones(2, 16, dtype=torch.bool), torch.arange(16.0).repeat(2, 1))
+    batch, steps = torch.export.Dim("batch"), torch.export.Dim("time", min=2)
+    dynamic = {"x": {0: batch, 1: steps}, "mask": {0: batch, 1: steps}, "t": {0: batch, 1: steps}}
+    torch.onnx.export(
+        encoder,
+        example,
+        str(path),
+        input_names=["x", "mask", "t"],
+        output_names=["z"],
+        opset_version=opset,
+        dynamo=True,
+        dynamic_shapes=dynamic,
+        external_data=False,
+        verbose=False,
+    )
+    onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+
+
+def write_card(model_path: Path, card: ModelCard) -> None:
+    """Store the card in the ONNX metadata and beside the file, each written atomically."""
+    card.validate()
+    model = onnx.load(str(model_path))
+    del model.metadata_props[:]
+    entry = model.metadata_props.add()
+    entry.key, entry.value = METADATA_KEY, card.to_json()
+    _atomic_write(model_path, model.SerializeToString())
+    _atomic_write(sidecar_path(model_path), card.to_json().encode())
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def calibration_stats(engine: Engine, series: list[np.ndarray], max_steps: int = 4000) -> Calibration:
+    """μ, σ of the adjusted score on normal (prepared) series, scored exactly as the daemon scores a stream."""
+    budget, adjusted = max_steps, []
+    for values in series:
+        if budget <= 0:
+            break
+        values = values[:budget]
+        budget -= len(values)
+        adjusted.append(adjust_scores(raw_scores(engine, values), engine.card.scoring.z))
+    return calibrate(np.concatenate(adjusted), source="training data")
+
+
+class TorchEngine:
+    """The torch encoder behind the runtime engine's interface, for parity checks against the ONNX graph."""
+
+    def __init__(self, encoder: TRepEncoder, card: ModelCard) -> None:
+        self.encoder = encoder.eval()
+        self.card = card
+        self._conv = parse_time_index(card.time_index)
+
+    @torch.no_grad()
+    def encode(self, x: np.ndarray, mask: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Same contract as ``Engine.encode``."""
+        return self.encoder(torch.from_numpy(x), torch.from_numpy(mask), torch.from_numpy(t)).numpy()
+
+    def last_step_pair(self, windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Same contract as ``Engine.last_step_pair``."""
+        return Engine.last_step_pair(self, windows, starts)  # type: ignore[arg-type]
+
+
+@dataclass
+class ParityReport:
+    """Largest |torch − onnxruntime| over every case, and whether alert decisions matched on a real series."""
+
+    max_abs_diff: float
+    cases: int
+    alerts_identical: bool | None
+
+    @property
+    def ok(self) -> bool:
+        """Within the contract's 1e-4 and with identical alerts (when checked)."""
+        return self.max_abs_diff <= 1e-4 and self.alerts_identical is not False
+
+
+def parity_check(
+    encoder: TRepEncoder,
+    engine: Engine,
+    real: np.ndarray | None = None,
+    seed: int = 0,
+    lengths: tuple[int, ...] = (2, 3, 17, 201, 1000),
+    batches: tuple[int, ...] = (1, 3, 8),
+) -> ParityReport:
+    """Compare torch and onnxruntime on random and real windows with NaNs and masks, and on alert decisions."""
+    rng = np.random.default_rng(seed)
+    reference = TorchEngine(encoder, engine.card)
+    conv = parse_time_index(engine.card.time_index)
+    c = engine.card.input_dims
+    worst, cases = 0.0, 0
+    sources = ["random"] + (["real"] if real is not None and len(real) >= 2 else [])
+    for source in sources:
+        for length in lengths:
+            for batch in batches:
+                if source == "real":
+                    starts = rng.integers(0, max(1, len(real) - length), size=batch)
+                    x = np.stack([_slice_padded(real, s, length) for s in starts])
+                else:
+                    x = rng.normal(size=(batch, length, c)).astype(np.float32)
+                x[rng.random(x.shape) < 0.05] = np.nan
+                mask = rng.random((batch, length)) > 0.2
+                mask[0, -1] = False
+                t = time_index(conv, rng.integers(0, 10_000, size=batch), length)
+                diff = np.abs(reference.encode(x, mask, t) - engine.encode(x, mask, t))
+                worst = max(worst, float(np.nanmax(diff)))
+                cases += 1
+    alerts_identical = None
+    if real is not None and len(real) >= 2:
+        scoring, fixed = engine.card.scoring, engine.card.calibration
+        series = real[: min(len(real), 1500)]
+        ours = score_series(raw_scores(engine, series), scoring.z, fixed, scoring.beta, scoring.delay)
+        theirs = score_series(raw_scores(reference, series), scoring.z, fixed, scoring.beta, scoring.delay)  # type: ignore[arg-type]
+        alerts_identical = bool(np.array_equal(ours.alerts, theirs.alerts))
+    return ParityReport(worst, cases, alerts_identical)
+
+
+def _slice_padded(values: np.ndarray, start: int, length: int) -> np.ndarray:
+    out = np.full((length, values.shape[1]), np.nan, dtype=np.float32)
+    piece = values[start : start + length]
+    out[: len(piece)] = piece
+    return out
+
+
+def build_card(
+    name: str, encoder: TRepEncoder, meta: dict, config: dict, window: int, scoring: Scoring, step: int
+) -> ModelCard:
+    """The card of a trained encoder, before calibration."""
+    return ModelCard(
+        name=name,
+        channels=list(meta["channels"]),
+        normalisation=meta["normalisation"],
+        differencing=int(meta["differencing"]),
+        time_index=str(parse_time_index(config["time_index"])),
+        time_embedding=encoder.cfg.time_embedding,
+        window=window,
+        repr_dims=encoder.cfg.repr_dims,
+        input_dims=encoder.cfg.input_dims,
+        scoring=scoring,
+        calibration=None,
+        training={
+            "dataset": meta.get("dataset"),
+            "data_spec": meta.get("data_spec"),
+            "data_fingerprint": meta.get("data_fingerprint"),
+            "steps": step,
+            "config": config,
+        },
+        versions={"trep_edge": __version__, "torch": torch.__version__, "onnx": onnx.__version__, "opset": OPSET},
+        weights_sha256=weights_sha256(encoder),
+    )
+
+
+def export_encoder(
+    encoder: TRepEncoder,
+    card: ModelCard,
+    out: Path,
+    calibration_series: list[np.ndarray] | None,
+    max_calibration_steps: int = 4000,
+) -> Engine:
+    """Export, write the card, calibrate on normal series with the runtime's scoring, and reload the result."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        staged = Path(tmp) / out.name
+        export_graph(encoder, staged)
+        write_card(staged, card)
+        if calibration_series:
+            card.calibration = calibration_stats(load_engine(staged, "cpu"), calibration_series, max_calibration_steps)
+            write_card(staged, card)
+        os.replace(staged, out)
+        os.replace(sidecar_path(staged), sidecar_path(out))
+    return load_engine(out, "cpu")
