@@ -1,0 +1,68 @@
+"""Shared fixtures: small exported models that every runtime test can load (trained here, in seconds)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trep_edge.datasets.paths import data_root
+from trep_edge.runtime.engine import Engine, load_engine
+from trep_edge.runtime.model_card import Scoring
+
+TINY = dict(repr_dims=16, hidden_dims=24, depth=3, time_embedding_dims=8, batch_size=8, max_train_length=256)
+UCR_135 = "UCR_Anomaly/135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
+
+
+def _export_tiny(x: np.ndarray, channels: list[str], out: Path, window: int, iterations: int) -> Path:
+    from trep_edge.runtime.preprocess import fit_normalisation
+    from trep_edge.training.config import TrainConfig
+    from trep_edge.training.export import build_card, export_encoder
+    from trep_edge.training.trainer import Trainer
+
+    norm = fit_normalisation(x)
+    prepared = norm.apply(x)
+    meta = {"dataset": out.stem, "channels": channels, "normalisation": norm.to_dict(), "differencing": 0}
+    trainer = Trainer(TrainConfig(**TINY, seed=0), input_dims=len(channels), meta=meta)
+    trainer.fit(prepared, iterations=iterations, progress=False)
+    encoder = trainer.inference_encoder()
+    card = build_card(out.stem, encoder, meta, trainer.cfg.to_dict(), window, Scoring(), trainer.step)
+    export_encoder(encoder, card, out, [s for s in prepared], max_calibration_steps=1500)
+    return out
+
+
+@pytest.fixture(scope="session")
+def ucr_series():
+    """The UCR anomaly series 135 (InternalBleeding16), a small real series with one labelled anomaly."""
+    from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
+
+    path = data_root() / UCR_135
+    if not path.is_file():
+        pytest.skip(f"real data not found at {path} (set TREP_EDGE_DATA)")
+    return load_ucr_anomaly(path)
+
+
+@pytest.fixture(scope="session")
+def univariate_model(tmp_path_factory, ucr_series) -> Path:
+    """A tiny univariate model (window 64) trained and calibrated on the normal prefix of UCR series 135."""
+    x = ucr_series.values[: ucr_series.train_end].reshape(1, -1, 1)
+    return _export_tiny(x, ["value"], tmp_path_factory.mktemp("models") / "ucr135.onnx", window=64, iterations=40)
+
+
+@pytest.fixture(scope="session")
+def vitals_model(tmp_path_factory) -> Path:
+    """A tiny 3-channel model (HR, SpO2, RESP; window 32) trained on synthetic 1 Hz vitals with gaps."""
+    rng = np.random.default_rng(0)
+    t = np.arange(600)
+    hr = 75 + 5 * np.sin(t / 30) + rng.normal(0, 1, (8, 600))
+    spo2 = 97 + rng.normal(0, 0.5, (8, 600))
+    resp = 16 + 2 * np.sin(t / 10) + rng.normal(0, 0.5, (8, 600))
+    x = np.stack([hr, spo2, resp], axis=-1).astype(np.float32)
+    x[rng.random(x.shape) < 0.05] = np.nan
+    return _export_tiny(x, ["HR", "SpO2", "RESP"], tmp_path_factory.mktemp("models") / "vitals.onnx", window=32, iterations=30)
+
+
+@pytest.fixture(scope="session")
+def univariate_engine(univariate_model) -> Engine:
+    """The univariate model loaded on CPU."""
+    return load_engine(univariate_model, "cpu")
