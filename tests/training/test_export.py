@@ -1,0 +1,164 @@
+"""ONNX export: contract, card, parity, refusal of bad model files."""
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from trep_edge.runtime.engine import choose_providers, load_engine
+from trep_edge.runtime.model_card import METADATA_KEY, ModelCard, ModelCardError, sidecar_path
+
+
+def test_graph_has_the_contract_and_a_current_opset(univariate_model):
+    model = onnx.load(str(univariate_model))
+    onnx.checker.check_model(model, full_check=True)
+    assert {i.name for i in model.graph.input} == {"x", "mask", "t"}
+    assert [o.name for o in model.graph.output] == ["z"]
+    assert max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) >= 18
+    x = next(i for i in model.graph.input if i.name == "x")
+    dims = x.type.tensor_type.shape.dim
+    assert dims[0].dim_param and dims[1].dim_param and dims[2].dim_value == 1
+
+
+def test_card_is_identical_in_metadata_and_sidecar(univariate_model):
+    model = onnx.load(str(univariate_model))
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert meta[METADATA_KEY] == sidecar_path(univariate_model).read_text()
+    card = json.loads(meta[METADATA_KEY])
+    for field in ("schema_version", "channels", "normalisation", "time_index", "time_embedding", "window",
+                  "repr_dims", "scoring", "calibration", "training", "versions", "weights_sha256"):
+        assert field in card, field
+    assert card["calibration"]["sigma"] > 0 and card["calibration"]["n"] > 100
+    assert len(card["weights_sha256"]) == 64
+
+
+def test_parity_torch_vs_onnxruntime_within_1e4_and_identical_alerts(univariate_model, ucr_series):
+    import torch
+
+    from trep_edge.runtime.offline import prepare
+    from trep_edge.training.encoder import EncoderConfig, TRepEncoder
+    from trep_edge.runtime.model_card import Scoring
+    from trep_edge.training.export import build_card, export_encoder, parity_check, weights_sha256
+
+    engine = load_engine(univariate_model, "cpu")
+    # An encoder of the fixture's architecture, exported fresh so the torch side of the comparison is at hand.
+    cfg = engine.card.training["config"]
+    encoder = TRepEncoder(EncoderConfig(input_dims=1, repr_dims=cfg["repr_dims"], hidden_dims=cfg["hidden_dims"],
+                                        depth=cfg["depth"], time_embedding=cfg["time_embedding"],
+                                        time_embedding_dims=cfg["time_embedding_dims"],
+                                        time_scale=float(cfg["max_train_length"])))
+    torch.manual_seed(1)
+    card = build_card("p", encoder, {"channels": ["value"], "normalisation": engine.card.normalisation,
+                                     "differencing": 0}, cfg, 64, Scoring(), 0)
+    real = prepare(engine, ucr_series.values[:1500, None])
+    fresh = export_encoder(encoder, card, univariate_model.parent / "parity.onnx", [real[:600]], 600)
+    assert fresh.card.weights_sha256 == weights_sha256(encoder)
+    report = parity_check(encoder, fresh, real[:800], lengths=(2, 5, 64, 1000), batches=(1, 4))
+    assert report.cases == 2 * 4 * 2
+    assert report.max_abs_diff <= 1e-4
+    assert report.alerts_identical is True
+
+
+def _rewrite_card(src, dst, mutate):
+    model = onnx.load(str(src))
+    meta = {p.key: p.value for p in model.metadata_props}
+    card = json.loads(meta[METADATA_KEY])
+    text = mutate(card)
+    del model.metadata_props[:]
+    if text is not None:
+        entry = model.metadata_props.add()
+        entry.key, entry.value = METADATA_KEY, text
+    onnx.save(model, str(dst))
+    return dst
+
+
+def test_model_without_card_is_refused(univariate_model, tmp_path):
+    bad = _rewrite_card(univariate_model, tmp_path / "nocard.onnx", lambda c: None)
+    with pytest.raises(ModelCardError, match="has no model card"):
+        load_engine(bad, "cpu")
+
+
+def test_malformed_card_is_refused(univariate_model, tmp_path):
+    bad = _rewrite_card(univariate_model, tmp_path / "bad.onnx", lambda c: "{not json")
+    with pytest.raises(ModelCardError, match="not valid JSON"):
+        load_engine(bad, "cpu")
+
+
+def test_card_that_disagrees_with_the_graph_says_what_differs(univariate_model, tmp_path):
+    def two_channels(card):
+        card.update(channels=["a", "b"], input_dims=2, normalisation={"mean": [0, 0], "std": [1, 1]})
+        return json.dumps(card)
+
+    bad = _rewrite_card(univariate_model, tmp_path / "chan.onnx", two_channels)
+    with pytest.raises(ModelCardError, match="graph takes 1 channels, card says 2"):
+        load_engine(bad, "cpu")
+
+    def dims(card):
+        card["repr_dims"] = 999
+        return json.dumps(card)
+
+    bad = _rewrite_card(univariate_model, tmp_path / "dims.onnx", dims)
+    with pytest.raises(ModelCardError, match="outputs 16 representation dims, card says 999"):
+        load_engine(bad, "cpu")
+
+
+def test_stale_sidecar_is_refused(univariate_model, tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(univariate_model.read_bytes())
+    card = json.loads(sidecar_path(univariate_model).read_text())
+    card["scoring"]["beta"] = 9.0
+    sidecar_path(model).write_text(json.dumps(card))
+    with pytest.raises(ModelCardError, match="differs from the card inside"):
+        load_engine(model, "cpu")
+
+
+def test_card_validation_names_the_field():
+    with pytest.raises(ModelCardError, match="time index 'hourly'"):
+        ModelCard("m", ["a"], {"mean": [0], "std": [1]}, 0, "hourly", "time2vec", 10, 8, 1).validate()
+    with pytest.raises(ModelCardError, match="std values must be positive"):
+        ModelCard("m", ["a"], {"mean": [0], "std": [0]}, 0, "relative", "time2vec", 10, 8, 1).validate()
+
+
+def test_non_onnx_file_is_refused(tmp_path):
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x00garbage")
+    with pytest.raises(ModelCardError, match="not a loadable ONNX model"):
+        load_engine(junk, "cpu")
+
+
+def test_gpu_request_falls_back_to_cpu_loudly(univariate_model, caplog):
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("CUDA present: the fallback path is what is tested here")
+    chosen, missing = choose_providers("cuda,cpu")
+    assert chosen == ["CPUExecutionProvider"] and missing == ["CUDAExecutionProvider"]
+    with caplog.at_level("WARNING"):
+        engine = load_engine(univariate_model, "tensorrt,cuda")
+    assert engine.providers == ["CPUExecutionProvider"]
+    assert "TensorrtExecutionProvider" in engine.status["provider_fallback"]
+    assert "EXECUTION PROVIDER FALLBACK" in caplog.text
+    assert choose_providers("auto") == (["CPUExecutionProvider"], [])
+    with pytest.raises(ValueError, match="unknown execution provider"):
+        choose_providers("gpu")
+
+
+def test_engine_scores_both_variants_in_one_run(univariate_engine):
+    calls = []
+    real_run = univariate_engine.session.run
+
+    class Spy:
+        def run(self, names, feeds):
+            calls.append(feeds["x"].shape)
+            return real_run(names, feeds)
+
+    spy = Spy()
+    engine = univariate_engine
+    original, engine.session = engine.session, spy
+    try:
+        w = engine.card.window
+        zu, zm = engine.last_step_pair(np.zeros((5, w, 1), np.float32), np.zeros(5, np.int64))
+    finally:
+        engine.session = original
+    assert calls == [(10, w, 1)]
+    assert zu.shape == zm.shape == (5, engine.card.repr_dims)
