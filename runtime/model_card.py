@@ -14,6 +14,7 @@ from .time_index import parse_time_index
 SCHEMA_VERSION = 1
 METADATA_KEY = "trep_edge.card"
 TIME_EMBEDDINGS = ("time2vec", "mlp", "rbf", "none")
+PRECISIONS = ("fp32", "fp16", "int8")
 
 
 class ModelCardError(ValueError):
@@ -48,6 +49,7 @@ class ModelCard:
     training: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     weights_sha256: str = ""
+    precision: str = "fp32"
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -110,6 +112,8 @@ class ModelCard:
                 problems.append(f"{key} must be a positive integer, got {value!r}")
         if not isinstance(self.differencing, int) or not 0 <= self.differencing <= 3:
             problems.append(f"differencing must be 0..3, got {self.differencing!r}")
+        if self.precision not in PRECISIONS:
+            problems.append(f"precision {self.precision!r} is not one of {PRECISIONS}")
         if self.scoring.distance != "l1":
             problems.append(f"scoring.distance {self.scoring.distance!r} is not supported (l1)")
         if self.scoring.z < 1 or self.scoring.delay < 0:

@@ -129,6 +129,12 @@ def export(args: argparse.Namespace) -> int:
         summary["parity"] = {"max_abs_diff": report.max_abs_diff, "cases": report.cases,
                              "alerts_identical": report.alerts_identical, "ok": report.ok}
         status = 0 if report.ok else 1
+    if args.precision:
+        from .precision import export_variant
+
+        if not series:
+            raise ValueError("--precision needs calibration data to judge the variants' scores")
+        summary["variants"] = [export_variant(engine, p, series).to_dict() for p in args.precision.split(",")]
     print(json.dumps(summary, indent=2))
     return status
 
