@@ -44,6 +44,7 @@ class ModelCard:
     window: int
     repr_dims: int
     input_dims: int
+    forward_fill: int = 0
     scoring: Scoring = field(default_factory=Scoring)
     calibration: Calibration | None = None
     training: dict = field(default_factory=dict)
@@ -114,6 +115,8 @@ class ModelCard:
             problems.append(f"differencing must be 0..3, got {self.differencing!r}")
         if self.precision not in PRECISIONS:
             problems.append(f"precision {self.precision!r} is not one of {PRECISIONS}")
+        if not isinstance(self.forward_fill, int) or self.forward_fill < 0:
+            problems.append(f"forward_fill must be a number of steps >= 0, got {self.forward_fill!r}")
         if self.scoring.distance != "l1":
             problems.append(f"scoring.distance {self.scoring.distance!r} is not supported (l1)")
         if self.scoring.z < 1 or self.scoring.delay < 0:

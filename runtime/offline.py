@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .engine import Engine
-from .preprocess import Normalisation, difference
+from .preprocess import Normalisation, difference, forward_fill
 from .scoring import raw_score
 
 
@@ -18,7 +18,8 @@ def prepare(engine: Engine, raw: np.ndarray) -> np.ndarray:
     values = np.asarray(raw, dtype=np.float32)
     if values.ndim != 2 or values.shape[1] != card.input_dims:
         raise ValueError(f"series must be [time, {card.input_dims}] ({card.channels}), got shape {values.shape}")
-    return Normalisation.from_dict(card.normalisation).apply(difference(values, card.differencing))
+    filled = forward_fill(values, card.forward_fill)[0]
+    return Normalisation.from_dict(card.normalisation).apply(difference(filled, card.differencing))
 
 
 def sliding_windows(values: np.ndarray, window: int) -> np.ndarray:
@@ -30,7 +31,7 @@ def sliding_windows(values: np.ndarray, window: int) -> np.ndarray:
 
 
 def raw_scores(engine: Engine, values: np.ndarray, start: int = 0, batch: int = 256) -> np.ndarray:
-    """Raw masked-vs-unmasked score of every step of a prepared series ``[T, C]`` (float64 ``[T]``).
+    """Raw masked-vs-unmasked score of every step of a prepared series ``[T, C]`` (float64 ``[T]``, NaN = none).
 
     ``start`` is the absolute index of the series' first step (for a periodic time index).
     """
@@ -42,4 +43,7 @@ def raw_scores(engine: Engine, values: np.ndarray, start: int = 0, batch: int = 
         starts = start + np.arange(lo, lo + len(chunk), dtype=np.int64) - (window - 1)
         zu, zm = engine.last_step_pair(chunk, starts)
         out[lo : lo + len(chunk)] = raw_score(zu, zm)
+    # A step with a missing channel is masked by the model in both variants, so its score would be a meaningless
+    # 0: it has no score (NaN), exactly as in the streaming monitor.
+    out[np.isnan(values).any(axis=1)] = np.nan
     return out

@@ -19,6 +19,35 @@ def difference(x: np.ndarray, order: int) -> np.ndarray:
     return out
 
 
+def forward_fill(
+    x: np.ndarray,
+    limit: int,
+    barrier: np.ndarray | None = None,
+    age: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Carry each channel's last observed value forward over at most ``limit`` missing steps (``[T, C]``).
+
+    Bedside vitals are charted at different rates (temperature every few hours, heart rate hourly); the model
+    masks a step if any channel is missing, so without a bounded carry-forward most ICU steps could not be scored.
+    Rows flagged in ``barrier`` start a new sequence: nothing is carried across them, and their own value (NaN or
+    not) is the carried value with age ``age`` (steps since it was observed) — the streaming runtime uses such a
+    row to hand each stream's carry-over into one vectorised call over many streams. Returns the filled values,
+    and for every row the carried value and its age (so the last row gives the carry-over for the next call).
+    """
+    values = np.asarray(x, dtype=np.float32)
+    n, c = values.shape
+    rows = np.arange(n)
+    is_barrier = np.zeros(n, dtype=bool) if barrier is None else np.asarray(barrier, dtype=bool)
+    start_age = np.zeros((n, c), dtype=np.float64) if age is None else np.asarray(age, dtype=np.float64)
+    observed = ~np.isnan(values) | is_barrier[:, None]
+    source = np.maximum.accumulate(np.where(observed, rows[:, None], 0), axis=0)
+    cols = np.arange(c)[None, :]
+    carried = values[source, cols]
+    carried_age = (rows[:, None] - source) + start_age[source, cols]
+    fill = np.isnan(values) & (carried_age <= limit)
+    return np.where(fill, carried, values), carried, carried_age
+
+
 @dataclass
 class Normalisation:
     """Per-channel ``(x − mean) / std`` with statistics of the training data."""

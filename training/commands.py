@@ -41,17 +41,19 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def train(args: argparse.Namespace) -> int:
     """``trep-edge train``: pretrain, checkpoint, and print a JSON summary."""
     channels = args.channels.split(",") if args.channels else None
-    data = load_training_data(args.data, args.data_root, channels, args.rows, args.max_series, args.difference)
+    data = load_training_data(args.data, args.data_root, channels, args.rows, args.max_series, args.difference,
+                              args.forward_fill)
     out = Path(args.out or f"runs/{Path(data.name).name.split('.')[0]}.pt")
     meta = {
         "dataset": data.name,
         "channels": data.channels,
         "normalisation": data.normalisation.to_dict(),
         "differencing": data.differencing,
+        "forward_fill": data.forward_fill,
         "data_fingerprint": data.fingerprint,
         # Enough to load the same data again (export calibrates on it by default).
         "data_spec": {"data": args.data, "channels": channels, "rows": args.rows, "max_series": args.max_series,
-                      "difference": data.differencing},
+                      "difference": data.differencing, "forward_fill": data.forward_fill},
     }
     if args.resume:
         trainer = Trainer.load(args.resume, device=args.device)
@@ -114,7 +116,7 @@ def export(args: argparse.Namespace) -> int:
         if not spec.get("data"):
             raise ValueError("the checkpoint does not say what it was trained on: pass --calibration-data or --no-calibration")
         data = load_training_data(spec["data"], args.data_root, spec.get("channels"), spec.get("rows"),
-                                  spec.get("max_series"), spec.get("difference", 0))
+                                  spec.get("max_series"), spec.get("difference", 0), spec.get("forward_fill", 0))
         if data.channels != card.channels:
             raise ValueError(f"calibration data has channels {data.channels}, the model {card.channels}")
         series = [s for s in map(_trim_padding, data.x) if len(s) > 1]

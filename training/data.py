@@ -13,7 +13,7 @@ from trep_edge.datasets.npy import load_npy
 from trep_edge.datasets.physionet import VITALS, iter_patients
 from trep_edge.datasets.ts_format import load_ts
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
-from trep_edge.runtime.preprocess import Normalisation, difference, fit_normalisation
+from trep_edge.runtime.preprocess import Normalisation, difference, fit_normalisation, forward_fill
 
 FORMATS = ".csv (ETT-style), .ts (UEA/UCR), .txt (UCR anomaly), .npy, .tar.gz (PhysioNet 2019 .psv)"
 
@@ -27,6 +27,7 @@ class TrainingData:
     name: str
     normalisation: Normalisation
     differencing: int
+    forward_fill: int = 0
     labels: np.ndarray | None = None
     test_x: np.ndarray | None = None
     test_labels: np.ndarray | None = None
@@ -93,10 +94,12 @@ def load_training_data(
     rows: str | None = None,
     max_series: int | None = None,
     differencing: str | int = 0,
+    fill_limit: int = 0,
 ) -> TrainingData:
     """Load ``spec`` (a file, or a path under the data folder) as normalised training data.
 
-    UCR anomaly files train on their normal prefix only; UEA/UCR ``.ts`` files bring their TEST split (when
+    Each channel's last observation is carried over at most ``fill_limit`` missing steps before differencing
+    (the runtime does the same, from the model card). UCR anomaly files train on their normal prefix only; UEA/UCR ``.ts`` files bring their TEST split (when
     present) normalised with the training statistics; PhysioNet archives yield one series per patient.
     """
     path = resolve(spec, data_root)
@@ -118,7 +121,6 @@ def load_training_data(
     elif name.endswith(".csv"):
         table = load_csv(path)
         x, names = _select(table.values[None], table.channels, channels, path)
-        x = _rows(x, rows)
     elif name.endswith(".ts"):
         x, labels = load_ts(path)
         names = [f"dim{i}" for i in range(x.shape[-1])]
@@ -136,13 +138,18 @@ def load_training_data(
         raise ValueError(f"{path}: unknown data format; supported: {FORMATS}")
     if max_series is not None:
         x = x[:max_series]
+    x = _rows(x, rows)
+    if fill_limit:
+        x = np.stack([forward_fill(s, fill_limit)[0] for s in x])
+        if test_x is not None:
+            test_x = np.stack([forward_fill(s, fill_limit)[0] for s in test_x])
     order = adf_order(x) if differencing == "auto" else int(differencing)
     x = difference(x, order)
     norm = fit_normalisation(x)
     if test_x is not None:
         longest = max(x.shape[1], test_x.shape[1])
         x, test_x = _pad_to(x, longest), norm.apply(difference(_pad_to(test_x, longest), order))
-    return TrainingData(norm.apply(x), names, path.name, norm, order, labels, test_x, test_labels)
+    return TrainingData(norm.apply(x), names, path.name, norm, order, fill_limit, labels, test_x, test_labels)
 
 
 def _pad_to(x: np.ndarray, length: int) -> np.ndarray:

@@ -179,6 +179,7 @@ def build_card(
         channels=list(meta["channels"]),
         normalisation=meta["normalisation"],
         differencing=int(meta["differencing"]),
+        forward_fill=int(meta.get("forward_fill", 0)),
         time_index=str(parse_time_index(config["time_index"])),
         time_embedding=encoder.cfg.time_embedding,
         window=window,

@@ -13,6 +13,11 @@ import sys
 HANDLERS = {
     "train": "trep_edge.training.commands:train",
     "export": "trep_edge.training.commands:export",
+    "eval": "trep_edge.training.evaluation.command:evaluate",
+    "run": "trep_edge.runtime.commands:run",
+    "replay": "trep_edge.runtime.commands:replay",
+    "score": "trep_edge.runtime.commands:score",
+    "doctor": "trep_edge.runtime.commands:doctor",
 }
 
 
@@ -33,6 +38,9 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--channels", help="comma-separated channel names to use (CSV and PhysioNet; PhysioNet default: the bedside vitals)")
     p.add_argument("--rows", help="START:END slice of time steps (single-series CSV), e.g. 0:8640 for ETTh1's 12 training months")
     p.add_argument("--max-series", type=int, help="use at most this many series (e.g. PhysioNet patients)")
+    p.add_argument("--forward-fill", type=int, default=0, metavar="STEPS",
+                   help="carry each channel's last value over at most STEPS missing steps (stored in the model card; "
+                   "the runtime does the same); 0 = off")
     p.add_argument("--difference", default="0", help="difference the input N times, or 'auto' (ADF test, TREP.md §5)")
     p.add_argument("--iterations", type=int, help="optimiser steps (default: 200 for small data, 600 otherwise)")
     p.add_argument("--epochs", type=int, help="epochs instead of iterations")
@@ -78,6 +86,125 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action="store_true", help="compare torch and onnxruntime (max |diff| <= 1e-4, identical alerts); exit 1 if not")
 
 
+def _run_parser(sub: argparse._SubParsersAction) -> None:
+    from trep_edge.runtime.config import add_config_flags
+
+    p = sub.add_parser(
+        "run",
+        help="run the streaming monitor daemon (MQTT in, scores and alerts out)",
+        description="The monitor daemon. Settings: defaults, then --config TOML, then TREP_EDGE_<SECTION>_<FIELD> "
+        "environment variables, then the flags below. Secrets only from the environment or files: "
+        "TREP_EDGE_MQTT_PASSWORD or [mqtt] password_file, TREP_EDGE_MQTT_KEY_PASSWORD or [mqtt] key_password_file. "
+        "SIGTERM checkpoints and stops; SIGHUP reloads config and model. Example config: deploy/monitor.toml.",
+        # No prefix matching: --mqtt-password must not silently mean --mqtt-password-file.
+        allow_abbrev=False,
+    )
+    p.add_argument("--config", help="TOML file (see deploy/monitor.toml)")
+    add_config_flags(p)
+
+
+def _replay_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "replay",
+        help="publish a recorded dataset to MQTT as sensor readings (a simulator)",
+        description="Publish DATA as JSON readings {ts, values} with QoS 1, one stream per series, at --rate "
+        "readings/s per stream or --speed times real time. Timestamps advance by --period per reading.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("data", help="UCR-anomaly .txt, ETT-style .csv, or PhysioNet 2019 .tar.gz (patients as beds); "
+                   "a path or a path under the data folder")
+    p.add_argument("--topic", required=True, help="topic template with one {name} for the stream id, e.g. icu/{bed}/vitals")
+    p.add_argument("--broker", default="127.0.0.1:1883", help="HOST:PORT")
+    p.add_argument("--rate", type=float, help="readings per second per stream (0 = as fast as possible)")
+    p.add_argument("--speed", type=float, help="multiple of real time (rate = speed / period); default 1")
+    p.add_argument("--period", type=float, default=1.0, help="seconds between a stream's readings (timestamps)")
+    p.add_argument("--channels", help="comma-separated dataset columns to send (PhysioNet default: the bedside vitals)")
+    p.add_argument("--rename", help="DATA=MODEL channel renames, e.g. O2Sat=SpO2,Resp=RESP")
+    p.add_argument("--max-series", type=int, help="at most this many streams (e.g. PhysioNet patients)")
+    p.add_argument("--stream", help="stream id (single-series files) or stream name prefix (PhysioNet: bed)")
+    p.add_argument("--start", type=int, default=0, help="first step to send")
+    p.add_argument("--limit", type=int, help="send at most this many steps")
+    p.add_argument("--qos", type=int, default=1, choices=[0, 1, 2], help="publish QoS")
+    p.add_argument("--client-id", default="", help="MQTT client id ('' = random)")
+    p.add_argument("--username", help="broker user (password: --password-file or $TREP_EDGE_MQTT_PASSWORD)")
+    p.add_argument("--password-file", help="file holding the broker password")
+    p.add_argument("--ca-file", help="CA certificate: connect with TLS")
+    p.add_argument("--cert-file", help="client certificate (TLS)")
+    p.add_argument("--key-file", help="client key (TLS)")
+    p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
+
+
+def _score_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "score",
+        help="score a recorded file offline; write a CSV and a PNG plot",
+        description="The daemon's scoring and alert episodes over one series of DATA: a CSV of step, values, raw, "
+        "adjusted, threshold, alert, event, label, and a PNG (signal, score, threshold, alerts, labels). The PNG "
+        "needs matplotlib (pip install 'trep-edge[train]' or matplotlib); --no-plot skips it.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("data", help="UCR-anomaly .txt, ETT-style .csv, or PhysioNet 2019 .tar.gz")
+    p.add_argument("--model", required=True, help="ONNX model with its card")
+    p.add_argument("--config", help="monitor TOML: its [alerts] and [monitor] settings apply")
+    p.add_argument("--out", help="CSV path (default runs/score/<stream>.csv)")
+    p.add_argument("--plot", help="PNG path (default: the CSV path with .png)")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument("--series", type=int, default=0, help="which series of a multi-series file (0-based)")
+    p.add_argument("--stream", help="stream id used in alert ids (default as replay names it)")
+    p.add_argument("--channels", help="comma-separated dataset columns (before --rename)")
+    p.add_argument("--rename", help="DATA=MODEL channel renames, e.g. O2Sat=SpO2")
+    p.add_argument("--providers", default="auto", help="onnxruntime providers: auto, cpu, cuda, tensorrt")
+    p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
+
+
+def _doctor_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="check the installation and a model: versions, providers, model vs card",
+        description="Print versions and the onnxruntime execution providers; with --model, load it, check it against "
+        "its card and score a test window. Exit 1 on any problem, including a provider fallback.",
+    )
+    p.add_argument("--model", help="ONNX model to check")
+    p.add_argument("--providers", default="auto", help="providers to request: auto, or a comma list of tensorrt, cuda, cpu")
+
+
+def _eval_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="reproduce a paper evaluation for T-Rep and the TS2Vec ablation",
+        description="Pretrain T-Rep and its TS2Vec ablation (no time-embedding, weights 0.5/0.5/0/0) on identical data, "
+        "splits, seed and budget, run a protocol of TREP.md §5, and add one row per dataset and model to --results "
+        "(rows already there are skipped, so an interrupted run resumes). Tasks: anomaly (UCR anomaly series), yahoo "
+        "(Yahoo S5, --yahoo-root), classification (UEA, TimeDim SVM), forecasting (ETT, ridge), sepsis (PhysioNet "
+        "2019 set B), missing (accuracy vs removed timesteps), heatmap (latent heatmap PNG of DodgerLoopGame), report "
+        "(markdown tables of --results beside the paper's numbers).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("task", choices=["anomaly", "yahoo", "classification", "forecasting", "sepsis", "missing", "heatmap", "report"])
+    p.add_argument("--datasets", help="comma-separated: UEA names, ETT sets, UCR anomaly file names, or the missing-data "
+                   "set (default: all present, cheapest first)")
+    p.add_argument("--results", default="bench/results/paper_eval.json", help="results JSON, written row by row")
+    p.add_argument("--variants", default="trep,ts2vec", help="models to compare")
+    p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
+    p.add_argument("--iterations", type=int, help="pretraining steps per model (default 200)")
+    p.add_argument("--hidden-dims", type=int, help="TCN width (default 64; paper 128)")
+    p.add_argument("--depth", type=int, help="dilated residual blocks (paper: 10)")
+    p.add_argument("--batch-size", type=int, help="batch size (paper: 16)")
+    p.add_argument("--max-train-length", type=int, help="training sections of at most this many steps (default 800)")
+    p.add_argument("--repr-dims", type=int, help="representation size F (default per task: anomaly 64, UEA 128, ETT 128, sepsis 32)")
+    p.add_argument("--seed", type=int, help="seed of pretraining, splits and sampling (default 0)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--beta", type=float, default=4.0, help="anomaly: alert when adjusted score > mu + beta sigma")
+    p.add_argument("--max-test-steps", type=int, help="anomaly: score at most this many test steps per series, centred on its labels")
+    p.add_argument("--calibration-steps", type=int, help="anomaly: last train steps scored for mu and sigma (default: all)")
+    p.add_argument("--yahoo-root", help="yahoo: folder holding A1Benchmark ... A4Benchmark")
+    p.add_argument("--patients", type=int, default=2000, help="sepsis: patients sampled from set B")
+    p.add_argument("--septic-share", type=float, default=0.5, help="sepsis: share of septic patients in the sample")
+    p.add_argument("--max-train-windows", type=int, default=3000, help="sepsis: SVM training windows (subsampled)")
+    p.add_argument("--fractions", help="missing: comma-separated fractions of timesteps removed (default 0,0.1,...,0.9)")
+    p.add_argument("--out", help="missing: PNG of the accuracy curve; heatmap: PNG path (default docs/latent_heatmap_DodgerLoopGame.png)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (also used to document every option with --help)."""
     parser = argparse.ArgumentParser(prog="trep-edge", description="Edge anomaly monitoring with T-Rep representations.")
@@ -85,6 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _train_parser(sub)
     _export_parser(sub)
+    _eval_parser(sub)
+    _run_parser(sub)
+    _replay_parser(sub)
+    _score_parser(sub)
+    _doctor_parser(sub)
     return parser
 
 

@@ -1,0 +1,406 @@
+"""Sensor messages → ``Reading``s: the monitor's documented input schema and its validation.
+
+A message (an MQTT payload) is UTF-8 JSON in one of three shapes, told apart by their structure.
+
+1. **One reading**, a JSON object with ``values``::
+
+       {"ts": 1732200000.5, "values": {"HR": 72, "SpO2": 97, "RESP": null}}
+
+   - ``ts``: seconds since the Unix epoch (a number), or an ISO-8601 string with a UTC offset
+     (``"2024-11-21T14:40:00.5Z"``, ``"...+01:00"``). Absent or ``null``: the receive time ``now`` is used, so a
+     producer without a clock still works, but its readings then carry network and queueing delay. An ISO
+     string without an offset is refused (``wrong_type``): a local time taken for UTC would shift by hours.
+   - ``values``: channel name → number. ``null`` means *missing* and is accepted (NaN). A channel absent from the
+     message is not reported by it (another message for the same time step may carry it).
+   - ``stream`` (optional): the stream id, for topics that carry none. When the topic gives a stream too, the two
+     must agree (``stream_mismatch``): silently trusting either could file one bed's vitals under another.
+2. **A batch**: ``{"readings": [reading, ...]}`` (a batch-level ``"stream"`` is the default of its readings), or a
+   top-level array of reading objects (recognised by an element with ``values``).
+3. **SenML** (RFC 8428), a top-level array of records::
+
+       [{"bn": "urn:dev:bed12:", "bt": 1732200000, "n": "HR", "v": 72}, {"n": "SpO2", "v": 97, "t": 0}]
+
+   - Base fields ``bn``, ``bt``, ``bv`` apply to their record and all later ones until changed (``bu``/``u``,
+     units, are not checked: the model card has none). ``bver`` above 10 and any field ending in ``_``
+     ("must understand") are refused, as the RFC requires.
+   - Only numeric values ``v`` (plus ``bv``); ``vs``, ``vb``, ``vd`` are refused (``senml_invalid``).
+   - Time = ``bt + t``; values below 2**28 are relative to ``now`` (RFC 8428 §4.5.3: 0 is "now", negative is the
+     past), larger ones are absolute epoch seconds.
+   - Name = ``bn + n``. Its channel is ``n`` when ``n`` is a channel name, else the name's last segment after
+     ``:`` or ``/`` (``urn:dev:bed12:HR`` → ``HR``). Without a topic stream, the stream is the rest of the name
+     with trailing separators removed (``urn:dev:bed12``).
+   - Records of the same stream and resolved time form one reading.
+
+Validation of every value (``values`` entries and SenML ``v``): a number is accepted; ``null`` is missing (NaN);
+the non-standard JSON literal ``NaN`` is also read as missing, because that is what common float serialisers
+(Python's ``json``) emit for a missing value; ``Infinity`` / ``-Infinity`` and numbers too large for a double
+are ``non_finite``; strings are ``wrong_type`` (``"72"`` is a producer bug to fix, not to guess at) except
+spellings of non-finite numbers (``"NaN"``, ``"inf"``), which are ``non_finite``; booleans, arrays and objects are
+``wrong_type``. Channels not in the model card are ``unknown_channel`` with ``unknown_channels="reject"``, or
+dropped with ``"ignore"``; a reading left without any known channel is ``empty``. A timestamp more than
+``max_skew`` seconds from ``now`` (either way) is ``absurd_timestamp`` (milliseconds sent as seconds, a device
+clock at 1970).
+
+Rejection is per reading: a reading is accepted whole or not at all, and one bad reading does not poison its
+batch. ``parse_payload_lenient`` returns the good readings and one ``PayloadError`` per rejected reading (or one for
+a message that cannot be read at all); the daemon uses it, counting errors by ``kind``. ``parse_payload`` is the
+all-or-nothing form: it raises the first error. Neither raises anything but ``PayloadError`` on any input bytes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Sequence
+
+MALFORMED_KINDS = (
+    "not_json",
+    "not_object",
+    "missing_field",
+    "wrong_type",
+    "non_finite",
+    "unknown_channel",
+    "absurd_timestamp",
+    "too_large",
+    "senml_invalid",
+    "empty",
+    "stream_mismatch",
+)
+"""Every ``PayloadError.kind``, for per-kind counters."""
+
+UNKNOWN_CHANNEL_POLICIES = ("reject", "ignore")
+SENML_RELATIVE_LIMIT = 2**28
+"""SenML times below this are relative to now (RFC 8428 §4.5.3)."""
+SENML_VERSION = 10
+MAX_STREAM_ID = 128
+_NON_FINITE_WORDS = frozenset({"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"})
+_BAD_STREAM_CHARS = re.compile(r"[\x00-\x1f\x7f+#]")
+_SEPARATORS = re.compile(r"[:/]")
+
+
+class PayloadError(ValueError):
+    """A message or reading that cannot be used; ``kind`` is one of ``MALFORMED_KINDS``.
+
+    ``index`` is the position of the rejected reading (or SenML record) in its message, when there is one.
+    """
+
+    def __init__(self, kind: str, message: str, index: int | None = None) -> None:
+        if kind not in MALFORMED_KINDS:
+            raise ValueError(f"unknown payload error kind {kind!r}: use one of {MALFORMED_KINDS}")
+        super().__init__(message if index is None else f"reading {index}: {message}")
+        self.kind = kind
+        self.index = index
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One time point of one stream: channel name → value (NaN = missing), time in epoch seconds."""
+
+    stream: str
+    timestamp: float
+    values: dict[str, float]
+
+
+@dataclass(frozen=True)
+class _Context:
+    topic_stream: str | None
+    channels: frozenset[str]
+    now: float
+    max_skew: float
+    ignore_unknown: bool
+
+
+def parse_payload(
+    payload: bytes,
+    stream: str | None,
+    channels: Sequence[str],
+    now: float,
+    max_bytes: int = 65536,
+    max_skew: float = 86400.0,
+    unknown_channels: str = "reject",
+) -> list[Reading]:
+    """Parse a message into readings, all or nothing: raise the first ``PayloadError`` (module docstring)."""
+    readings, errors = parse_payload_lenient(payload, stream, channels, now, max_bytes, max_skew, unknown_channels)
+    if errors:
+        raise errors[0]
+    return readings
+
+
+def parse_payload_lenient(
+    payload: bytes,
+    stream: str | None,
+    channels: Sequence[str],
+    now: float,
+    max_bytes: int = 65536,
+    max_skew: float = 86400.0,
+    unknown_channels: str = "reject",
+) -> tuple[list[Reading], list[PayloadError]]:
+    """Parse a message into its good readings and one ``PayloadError`` per rejected reading; never raises on data.
+
+    ``stream`` is the stream id from the topic (None when the topic carries none), ``channels`` the model card's
+    channel names, ``now`` the receive time in epoch seconds.
+    """
+    if unknown_channels not in UNKNOWN_CHANNEL_POLICIES:
+        raise ValueError(f"unknown_channels must be one of {UNKNOWN_CHANNEL_POLICIES}, got {unknown_channels!r}")
+    if not math.isfinite(now):
+        raise ValueError(f"now must be a finite epoch time in seconds, got {now}")
+    ctx = _Context(stream, frozenset(channels), float(now), float(max_skew), unknown_channels == "ignore")
+    try:
+        document = _decode(payload, max_bytes)
+        if stream is not None:
+            _check_stream_id(stream, "topic stream")
+        if isinstance(document, dict):
+            if "readings" in document:
+                items = document["readings"]
+                if not isinstance(items, list):
+                    raise PayloadError("wrong_type", f"'readings' must be an array, got {_json_type(items)}")
+                return _reading_batch(items, document.get("stream"), ctx)
+            return [_reading(document, None, ctx)], []
+        if isinstance(document, list):
+            if not document:
+                raise PayloadError("empty", "the message is an empty array")
+            if any(isinstance(item, dict) and "values" in item for item in document):
+                return _reading_batch(document, None, ctx)
+            return _senml(document, ctx)
+        raise PayloadError("not_object", f"expected a JSON object or array, got {_json_type(document)}")
+    except PayloadError as exc:
+        return [], [exc]
+
+
+def _decode(payload: bytes, max_bytes: int) -> Any:
+    if isinstance(payload, str):
+        payload = payload.encode("utf-8")
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+    data = bytes(payload)
+    if len(data) > max_bytes:
+        raise PayloadError("too_large", f"message of {len(data)} bytes exceeds the limit of {max_bytes}")
+    if not data.strip():
+        raise PayloadError("empty", "the message is empty")
+    try:
+        text = data.decode("utf-8-sig")
+        return json.loads(text, parse_constant=float)
+    except UnicodeDecodeError as exc:
+        raise PayloadError("not_json", f"the message is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    except RecursionError:
+        raise PayloadError("not_json", "the message nests arrays/objects too deeply") from None
+    except ValueError as exc:
+        raise PayloadError("not_json", f"the message is not JSON: {exc}") from None
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _check_stream_id(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise PayloadError("wrong_type", f"{what} must be a string, got {_json_type(value)}")
+    if not 0 < len(value) <= MAX_STREAM_ID or _BAD_STREAM_CHARS.search(value):
+        raise PayloadError(
+            "wrong_type",
+            f"{what} {value[:40]!r} must be 1..{MAX_STREAM_ID} characters without control characters, + or #",
+        )
+    return value
+
+
+def _resolve_stream(ctx: _Context, payload_stream: Any) -> str:
+    if payload_stream is not None:
+        _check_stream_id(payload_stream, "'stream'")
+    if ctx.topic_stream is not None:
+        if payload_stream is not None and payload_stream != ctx.topic_stream:
+            raise PayloadError(
+                "stream_mismatch", f"'stream' {payload_stream!r} differs from the topic's stream {ctx.topic_stream!r}"
+            )
+        return ctx.topic_stream
+    if payload_stream is None:
+        raise PayloadError("missing_field", "no stream: the topic names none and the reading has no 'stream'")
+    return payload_stream
+
+
+def _finite(value: Any, what: str) -> float:
+    """A JSON number as a finite float (timestamps and SenML times)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PayloadError("wrong_type", f"{what} must be a number, got {_json_type(value)}")
+    try:
+        out = float(value)
+    except OverflowError:
+        out = math.inf
+    if not math.isfinite(out):
+        raise PayloadError("non_finite", f"{what} must be finite, got {value}")
+    return out
+
+
+def _value(value: Any, what: str) -> float:
+    """A reading value: a finite float, or NaN for missing (``null`` or the ``NaN`` literal)."""
+    if value is None:
+        return math.nan
+    if isinstance(value, str):
+        if value.strip().lower() in _NON_FINITE_WORDS:
+            raise PayloadError("non_finite", f"{what} is the string {value!r}: send a number, or null for missing")
+        raise PayloadError("wrong_type", f"{what} must be a number or null, got the string {value[:40]!r}")
+    if isinstance(value, float) and math.isnan(value):
+        return math.nan
+    return _finite(value, what)
+
+
+def _check_skew(ts: float, ctx: _Context) -> float:
+    if abs(ts - ctx.now) > ctx.max_skew:
+        hint = " (milliseconds sent as seconds?)" if ts > 100 * max(ctx.now, 1.0) else ""
+        raise PayloadError(
+            "absurd_timestamp",
+            f"timestamp {ts} is {ts - ctx.now:+.0f} s from now ({ctx.now}), beyond the allowed {ctx.max_skew} s{hint}",
+        )
+    return ts
+
+
+def _timestamp(value: Any, ctx: _Context) -> float:
+    if value is None:
+        return ctx.now
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise PayloadError("wrong_type", f"'ts' {value[:40]!r} is not an ISO-8601 time") from None
+        if parsed.tzinfo is None:
+            raise PayloadError("wrong_type", f"'ts' {value[:40]!r} has no UTC offset: append Z or +hh:mm")
+        try:
+            ts = parsed.timestamp()
+        except (OverflowError, OSError, ValueError):
+            raise PayloadError("absurd_timestamp", f"'ts' {value[:40]!r} is out of range") from None
+    else:
+        ts = _finite(value, "'ts'")
+    return _check_skew(ts, ctx)
+
+
+def _known_values(values: dict[str, float], unknown: list[str], ctx: _Context) -> dict[str, float]:
+    """The reading's known channels, or the error its unknown or missing channels deserve."""
+    if unknown and not ctx.ignore_unknown:
+        names = ", ".join(repr(n[:40]) for n in unknown[:5])
+        raise PayloadError("unknown_channel", f"channel(s) {names} not in the model's {sorted(ctx.channels)}")
+    if not values:
+        dropped = f" (ignored unknown channels {unknown[:5]})" if unknown else ""
+        raise PayloadError("empty", f"the reading has no value of a known channel{dropped}")
+    return values
+
+
+def _reading(obj: Any, default_stream: Any, ctx: _Context) -> Reading:
+    if not isinstance(obj, dict):
+        raise PayloadError("not_object", f"a reading must be a JSON object, got {_json_type(obj)}")
+    if "values" not in obj:
+        raise PayloadError("missing_field", "a reading needs 'values' (an object of channel: number)")
+    stream = _resolve_stream(ctx, obj.get("stream", default_stream))
+    raw = obj["values"]
+    if not isinstance(raw, dict):
+        raise PayloadError("wrong_type", f"'values' must be an object of channel: number, got {_json_type(raw)}")
+    values: dict[str, float] = {}
+    unknown: list[str] = []
+    for name, value in raw.items():
+        if name in ctx.channels:
+            values[name] = _value(value, f"values[{name!r}]")
+        else:
+            unknown.append(name)
+    values = _known_values(values, unknown, ctx)
+    return Reading(stream, _timestamp(obj.get("ts"), ctx), values)
+
+
+def _reading_batch(items: list, default_stream: Any, ctx: _Context) -> tuple[list[Reading], list[PayloadError]]:
+    if not items:
+        raise PayloadError("empty", "the batch has no readings")
+    readings, errors = [], []
+    for i, item in enumerate(items):
+        try:
+            readings.append(_reading(item, default_stream, ctx))
+        except PayloadError as exc:
+            errors.append(PayloadError(exc.kind, str(exc), i))
+    return readings, errors
+
+
+def _senml_channel(name: str, relative: str, ctx: _Context) -> tuple[str, str]:
+    """(channel, stream prefix) of a SenML record; the channel may be unknown."""
+    if relative in ctx.channels:
+        channel = relative
+    else:
+        channel = _SEPARATORS.split(name)[-1]
+    return channel, name[: len(name) - len(channel)].rstrip(":/")
+
+
+def _senml(records: list, ctx: _Context) -> tuple[list[Reading], list[PayloadError]]:
+    base_name, base_time, base_value = "", 0.0, 0.0
+    groups: dict[tuple[str, float], dict[str, float]] = {}
+    failed: dict[tuple[str, float], PayloadError] = {}
+    errors: list[PayloadError] = []
+    for i, record in enumerate(records):
+        try:
+            if not isinstance(record, dict):
+                raise PayloadError("senml_invalid", f"a SenML record must be an object, got {_json_type(record)}")
+            must = [k for k in record if isinstance(k, str) and k.endswith("_")]
+            if must:
+                raise PayloadError("senml_invalid", f"must-understand field(s) {must[:3]} are not supported")
+            if "bver" in record:
+                version = record["bver"]
+                if isinstance(version, bool) or not isinstance(version, int) or not 0 < version <= SENML_VERSION:
+                    raise PayloadError("senml_invalid", f"bver {version!r} is not a version up to {SENML_VERSION}")
+            if "bn" in record:
+                if not isinstance(record["bn"], str):
+                    raise PayloadError("senml_invalid", f"bn must be a string, got {_json_type(record['bn'])}")
+                base_name = record["bn"]
+            if "bt" in record:
+                base_time = _finite(record["bt"], "bt")
+            if "bv" in record:
+                base_value = _finite(record["bv"], "bv")
+        except PayloadError as exc:
+            # Base fields apply to every later record, so none of them can be read correctly either.
+            errors.append(PayloadError(exc.kind, f"{exc} (rest of the SenML pack skipped)", i))
+            break
+        if "n" not in record and "v" not in record and not {"vs", "vb", "vd", "s"} & record.keys():
+            continue  # a record of base fields only
+        try:
+            relative = record.get("n", "")
+            if not isinstance(relative, str):
+                raise PayloadError("senml_invalid", f"n must be a string, got {_json_type(relative)}")
+            name = base_name + relative
+            if not name:
+                raise PayloadError("senml_invalid", "the record has no name (bn + n is empty)")
+            if {"vs", "vb", "vd"} & record.keys():
+                raise PayloadError("senml_invalid", f"{name!r}: only numeric values (v) are supported, not vs/vb/vd")
+            if "v" not in record:
+                raise PayloadError("senml_invalid", f"{name!r} has no numeric value v")
+            value = _value(record["v"], f"{name!r} v")
+            resolved = base_time + _finite(record.get("t", 0.0), "t")
+            timestamp = ctx.now + resolved if resolved < SENML_RELATIVE_LIMIT else resolved
+            channel, prefix = _senml_channel(name, relative, ctx)
+            stream = ctx.topic_stream if ctx.topic_stream is not None else prefix
+            if not stream:
+                raise PayloadError("missing_field", f"no stream: the topic names none and {name!r} has no prefix")
+            _check_stream_id(stream, "SenML stream")
+        except PayloadError as exc:
+            errors.append(PayloadError(exc.kind, str(exc), i))
+            continue
+        key = (stream, timestamp)
+        values = groups.setdefault(key, {})
+        try:
+            _check_skew(timestamp, ctx)
+            if channel not in ctx.channels and not ctx.ignore_unknown:
+                known = sorted(ctx.channels)
+                raise PayloadError("unknown_channel", f"{name!r} maps to channel {channel!r}, not in {known}")
+        except PayloadError as exc:
+            failed.setdefault(key, PayloadError(exc.kind, str(exc), i))
+            continue
+        if channel in ctx.channels:
+            total = base_value + value
+            if math.isinf(total):
+                failed.setdefault(key, PayloadError("non_finite", f"{name!r}: bv + v overflows", i))
+                continue
+            values[channel] = total
+    readings = []
+    for key, values in groups.items():
+        if key in failed:
+            errors.append(failed[key])
+        elif not values:
+            errors.append(PayloadError("empty", f"no record of a known channel at time {key[1]} (stream {key[0]!r})"))
+        else:
+            readings.append(Reading(key[0], key[1], values))
+    return readings, errors

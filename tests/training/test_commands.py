@@ -1,0 +1,68 @@
+"""The train and export subcommands: a tiny run end to end, and bad arguments refused with what to fix."""
+import json
+
+import numpy as np
+import pytest
+
+from trep_edge.cli import main
+from trep_edge.runtime.engine import load_engine
+
+
+@pytest.fixture()
+def npy_data(tmp_path):
+    rng = np.random.default_rng(0)
+    x = (np.sin(np.arange(300) / 7)[None, :, None] + 0.1 * rng.normal(size=(3, 300, 2))).astype(np.float32)
+    path = tmp_path / "toy.npy"
+    np.save(path, x)
+    return path
+
+
+TINY = ["--iterations", "3", "--depth", "2", "--hidden-dims", "8", "--repr-dims", "4", "--no-progress"]
+
+
+def test_train_then_export_writes_a_loadable_calibrated_model(npy_data, tmp_path, capsys):
+    ckpt = tmp_path / "toy.pt"
+    assert main(["train", str(npy_data), "--out", str(ckpt), *TINY]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 3 and set(summary["final_losses"]) >= {"instance", "temporal", "divergence", "forecast"}
+    model = tmp_path / "toy.onnx"
+    assert main(["export", str(ckpt), "--out", str(model), "--window", "16", "--calibration-steps", "200"]) == 0
+    engine = load_engine(model, "cpu")
+    assert engine.card.channels == ["dim0", "dim1"] and engine.card.window == 16
+    assert engine.card.calibration.n > 100
+    assert engine.card.training["data_fingerprint"] == json.loads(
+        (tmp_path / "toy.card.json").read_text())["training"]["data_fingerprint"]
+
+
+def test_resume_continues_to_more_steps(npy_data, tmp_path, capsys):
+    ckpt = tmp_path / "r.pt"
+    main(["train", str(npy_data), "--out", str(ckpt), *TINY])
+    capsys.readouterr()
+    assert main(["train", str(npy_data), "--out", str(ckpt), "--resume", str(ckpt), "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 3
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "no/such/file.csv"], "not found as a path nor under the data folder"),
+        (["train", "{npy}", "--weights", "0.5,0.5"], "needs four numbers"),
+        (["train", "{npy}", "--weights", "1,1,1,1"], "sum to 1"),
+        (["train", "{npy}", "--time-index", "hourly"], "relative' or 'periodic:P'"),
+        (["train", "{npy}", "--time-embedding", "none"], "divergence and forecast weights of 0"),
+        (["train", "{npy}", "--rows", "abc"], "START:END"),
+        (["export", "{npy}", "--out", "x.onnx"], "not a readable trep-edge checkpoint"),
+    ],
+)
+def test_bad_arguments_are_refused_with_a_message(argv, message, npy_data, capsys):
+    argv = [a.replace("{npy}", str(npy_data)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith(f"trep-edge {argv[0]}: error:")
+
+
+def test_unknown_format_is_refused(tmp_path, capsys):
+    bad = tmp_path / "data.parquet"
+    bad.write_bytes(b"x")
+    assert main(["train", str(bad)]) == 2
+    assert "unknown data format" in capsys.readouterr().err
