@@ -5,9 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin
 $PY/trep-edge train PhysioNet2019_sepsis/training_setB.tar.gz \
-  --channels HR,O2Sat,Temp,SBP,MAP,DBP,Resp \
+  --channels HR,O2Sat,Temp,SBP,MAP,DBP,Resp --forward-fill 8 \
   --max-train-length 64 --repr-dims 64 --hidden-dims 128 --depth 10 \
   --time-embedding time2vec --time-index relative \
-  --iterations 2000 --seed 0 --no-progress --out runs/icu-vitals.pt
+  --iterations 1500 --seed 0 --no-progress --out runs/icu-vitals.pt
 $PY/trep-edge export runs/icu-vitals.pt --out models/icu-vitals.onnx --name icu-vitals \
   --window 49 --z 21 --beta 4 --delay 7 --calibration-steps 4000 --check --precision fp16,int8
