@@ -41,31 +41,29 @@ def _hand_contrast(anchor, candidates, positive):
     return -(logits[positive] - np.log(np.exp(logits).sum()))
 
 
+def _expected_paired(rows):
+    """Mean cross-entropy of each row against every other, its positive being the row half the list away."""
+    rows = [r.numpy().astype(np.float64) for r in rows]
+    half, losses = len(rows) // 2, []
+    for k in range(len(rows)):
+        others = [r for j, r in enumerate(rows) if j != k]
+        partner = (k + half) % len(rows)
+        losses.append(_hand_contrast(rows[k], others, partner if partner < k else partner - 1))
+    return np.mean(losses)
+
+
 def test_instance_contrast_equals_hand_computation():
     z1 = torch.tensor([[[1.0, 0.0]], [[0.0, 2.0]]])  # B=2, T=1, F=2
     z2 = torch.tensor([[[0.5, 0.5]], [[1.0, -1.0]]])
-    rows = [z1[0, 0], z1[1, 0], z2[0, 0], z2[1, 0]]
-    rows = [r.numpy().astype(np.float64) for r in rows]
-    expected = []
-    for k in range(4):
-        others = [r for j, r in enumerate(rows) if j != k]
-        partner = (k + 2) % 4
-        pos = partner if partner < k else partner - 1
-        expected.append(_hand_contrast(rows[k], others, pos))
-    assert instance_contrast(z1, z2).item() == pytest.approx(np.mean(expected), rel=1e-6)
+    expected = _expected_paired([z1[0, 0], z1[1, 0], z2[0, 0], z2[1, 0]])
+    assert instance_contrast(z1, z2).item() == pytest.approx(expected, rel=1e-6)
 
 
 def test_temporal_contrast_equals_hand_computation():
     z1 = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])  # B=1, T=2, F=2
     z2 = torch.tensor([[[2.0, 1.0], [0.5, -1.0]]])
-    rows = [r.numpy().astype(np.float64) for r in (z1[0, 0], z1[0, 1], z2[0, 0], z2[0, 1])]
-    expected = []
-    for k in range(4):
-        others = [r for j, r in enumerate(rows) if j != k]
-        partner = (k + 2) % 4
-        pos = partner if partner < k else partner - 1
-        expected.append(_hand_contrast(rows[k], others, pos))
-    assert temporal_contrast(z1, z2).item() == pytest.approx(np.mean(expected), rel=1e-6)
+    expected = _expected_paired([z1[0, 0], z1[0, 1], z2[0, 0], z2[0, 1]])
+    assert temporal_contrast(z1, z2).item() == pytest.approx(expected, rel=1e-6)
 
 
 def test_contrasts_are_zero_and_finite_in_degenerate_shapes():
