@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -150,11 +151,17 @@ class Trainer:
             self.total_steps = iterations if iterations is not None else default_iterations(self.cfg, sections)
         bar = tqdm(total=self.total_steps, initial=self.step, disable=not progress, desc="pretrain", unit="step")
         records = []
+        last_log = time.monotonic()
         while self.step < self.total_steps:
             record = self.train_step(sections)
             records.append(record)
             bar.update(1)
-            bar.set_postfix({k: f"{v:.3f}" for k, v in record.items() if k != "step"})
+            losses = {k: f"{v:.3f}" for k, v in record.items() if k != "step"}
+            bar.set_postfix(losses)
+            # Without a bar (logs, services) a line every 30 s still shows that, and how, training moves.
+            if not progress and time.monotonic() - last_log >= 30:
+                log.info("step %d/%d %s", self.step, self.total_steps, losses)
+                last_log = time.monotonic()
             every = self.cfg.checkpoint_every
             if checkpoint is not None and every and self.step % every == 0:
                 self.save(checkpoint)
