@@ -193,6 +193,8 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-train-length", type=int, help="training sections of at most this many steps (default 800)")
     p.add_argument("--repr-dims", type=int, help="representation size F (default per task: anomaly 64, UEA 128, ETT 128, sepsis 32)")
     p.add_argument("--seed", type=int, help="seed of pretraining, splits and sampling (default 0)")
+    p.add_argument("--time-index", default="relative", help="time index: relative or periodic:P (TREP.md §4); "
+                   "non-default values are recorded under DATASET@periodic:P")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--beta", type=float, default=4.0, help="anomaly: alert when adjusted score > mu + beta sigma")
     p.add_argument("--max-test-steps", type=int, help="anomaly: score at most this many test steps per series, centred on its labels")
@@ -201,6 +203,8 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--patients", type=int, default=2000, help="sepsis: patients sampled from set B")
     p.add_argument("--septic-share", type=float, default=0.5, help="sepsis: share of septic patients in the sample")
     p.add_argument("--max-train-windows", type=int, default=3000, help="sepsis: SVM training windows (subsampled)")
+    p.add_argument("--cv-metric", choices=["accuracy", "f1"], default="accuracy", help="sepsis: what the SVM's C is "
+                   "chosen on (rows of f1 are recorded under setB+cv-f1)")
     p.add_argument("--fractions", help="missing: comma-separated fractions of timesteps removed (default 0,0.1,...,0.9)")
     p.add_argument("--out", help="missing: PNG of the accuracy curve; heatmap: PNG path (default docs/latent_heatmap_DodgerLoopGame.png)")
 

@@ -1,0 +1,374 @@
+"""The monitor daemon's settings: typed dataclasses, one per component, loaded from TOML.
+
+Precedence, lowest first: the defaults below, the TOML file, environment variables
+``TREP_EDGE_<SECTION>_<FIELD>`` (e.g. ``TREP_EDGE_MQTT_HOST``), then command-line flags ``--<section>-<field>``
+(e.g. ``--mqtt-host``). Environment and flag values are strings converted to the field's type (lists are
+comma-separated, booleans ``true/false/1/0/yes/no``).
+
+Secrets never come from the TOML file or a flag (files get committed and flags show in ``ps``): the broker
+password comes from ``TREP_EDGE_MQTT_PASSWORD`` or the file named by ``[mqtt] password_file``, the client key's
+passphrase from ``TREP_EDGE_MQTT_KEY_PASSWORD`` or ``[mqtt] key_password_file``.
+
+Every field is documented once, in its ``doc`` metadata (or, for the windows and alerts tables, which belong to
+their own modules, in the class docstring); ``--help`` and ``deploy/monitor.toml`` repeat that text.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .alerts import AlertConfig
+from .windows import WindowConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ENV_PREFIX = "TREP_EDGE_"
+SECRET_KEYS = {("mqtt", "password"): "TREP_EDGE_MQTT_PASSWORD", ("mqtt", "key_password"): "TREP_EDGE_MQTT_KEY_PASSWORD"}
+"""Secrets and the only environment variables they may come from (besides their ``*_file`` fields)."""
+
+
+class ConfigError(ValueError):
+    """A setting that is unknown, of the wrong type, or not allowed where it was given."""
+
+
+def _doc(text: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field with its one-line documentation attached."""
+    if factory is not dataclasses.MISSING:
+        return field(default_factory=factory, metadata={"doc": text})
+    return field(default=default, metadata={"doc": text})
+
+
+@dataclass
+class MqttConfig:
+    """Broker connection, subscriptions and session ([mqtt])."""
+
+    host: str = _doc("broker host name or address", "127.0.0.1")
+    port: int = _doc("broker port (1883 plain, 8883 usually TLS)", 1883)
+    protocol: str = _doc("MQTT protocol version: 5 or 3.1.1", "5")
+    client_id: str = _doc("stable client id: the broker keeps this id's session while the daemon is away",
+                          "trep-edge-monitor")  # fmt: skip
+    keepalive: int = _doc("seconds between keepalive pings; the broker publishes the Last Will after 1.5x", 30)
+    session_expiry: int = _doc("MQTT 5: seconds the broker keeps the session and queues QoS 1 telemetry while "
+                               "the daemon is disconnected (3.1.1: until the broker's persistent_client_expiration)",
+                               86400)  # fmt: skip
+    topics: list[str] = _doc("telemetry topic templates; each {name} matches one topic level and the matched "
+                             "levels, joined by '/', are the stream id (MQTT wildcards + and # are allowed too; "
+                             "with no {name} the payload must name its stream)",
+                             factory=lambda: ["sensors/{stream}/telemetry"])  # fmt: skip
+    qos: int = _doc("subscription QoS: 1 so a broker blip or daemon restart loses no telemetry", 1)
+    username: str = _doc("user name ('' = anonymous)", "")
+    password_file: str = _doc("file holding the broker password (else $TREP_EDGE_MQTT_PASSWORD)", "")
+    tls: bool = _doc("connect with TLS", False)
+    ca_file: str = _doc("CA certificate(s) to verify the broker ('' = the system store)", "")
+    cert_file: str = _doc("client certificate, for brokers that require one", "")
+    key_file: str = _doc("client private key", "")
+    key_password_file: str = _doc("file holding the client key's passphrase (else $TREP_EDGE_MQTT_KEY_PASSWORD)", "")
+    reconnect_min: float = _doc("first reconnect delay in seconds; doubles per failed attempt, with jitter", 0.5)
+    reconnect_max: float = _doc("longest reconnect delay in seconds", 30.0)
+    queue_size: int = _doc("messages held between the network thread and the scoring loop; when full, the "
+                           "oldest message of the same stream is dropped (and counted)", 20000)  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.protocol not in ("5", "3.1.1"):
+            raise ConfigError(f"mqtt.protocol must be '5' or '3.1.1', got {self.protocol!r}")
+        if self.qos not in (0, 1, 2):
+            raise ConfigError(f"mqtt.qos must be 0, 1 or 2, got {self.qos}")
+        if not self.topics:
+            raise ConfigError("mqtt.topics must list at least one topic template")
+        if not 0 < self.reconnect_min <= self.reconnect_max:
+            raise ConfigError(f"need 0 < mqtt.reconnect_min <= mqtt.reconnect_max, got {self.reconnect_min}, "
+                              f"{self.reconnect_max}")  # fmt: skip
+        if self.queue_size < 1:
+            raise ConfigError(f"mqtt.queue_size must be >= 1, got {self.queue_size}")
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ConfigError("mqtt.cert_file and mqtt.key_file go together: give both or neither")
+
+    def password(self, env: Mapping[str, str] | None = None) -> str | None:
+        """The broker password from its file or the environment (None when neither is set)."""
+        return _secret(self.password_file, "mqtt.password_file", SECRET_KEYS[("mqtt", "password")], env)
+
+    def key_password(self, env: Mapping[str, str] | None = None) -> str | None:
+        """The client key's passphrase from its file or the environment (None when neither is set)."""
+        return _secret(self.key_password_file, "mqtt.key_password_file", SECRET_KEYS[("mqtt", "key_password")], env)
+
+
+@dataclass
+class TopicsConfig:
+    """Where the daemon publishes ([topics]); {stream} is the stream id, {client_id} the MQTT client id."""
+
+    alerts: str = _doc("alert state changes (raised/updated/cleared), QoS 1, not retained",
+                       "trep-edge/alerts/{stream}")  # fmt: skip
+    state: str = _doc("current alert state of each stream, QoS 1, retained", "trep-edge/state/{stream}")
+    scores: str = _doc("every scored reading ('' = off); for dashboards and tests, not for alarms", "")
+    scores_qos: int = _doc("QoS of the scores topic", 0)
+    dead_letter: str = _doc("samples of rejected input, with the reason", "trep-edge/dead-letter")
+    status: str = _doc("daemon status, retained: online (with model and sha256) or offline (Last Will)",
+                       "trep-edge/status/{client_id}")  # fmt: skip
+
+
+@dataclass
+class ModelConfig:
+    """The ONNX model ([model])."""
+
+    path: str = _doc("model file (its card must be inside it, and beside it as NAME.card.json if present)",
+                     "models/icu-vitals.onnx")  # fmt: skip
+    providers: str = _doc("onnxruntime execution providers: auto, or a comma list of tensorrt, cuda, cpu", "auto")
+    threads: int = _doc("onnxruntime intra-op threads (0 = onnxruntime's default)", 0)
+    watch: bool = _doc("reload when the model file changes (mtime or sha256), as on SIGHUP", True)
+    watch_interval: float = _doc("seconds between checks of the model file", 2.0)
+
+
+@dataclass
+class MonitorSettings:
+    """The scoring loop ([monitor])."""
+
+    tick_interval: float = _doc("seconds between scoring ticks; each tick scores every stream with new readings "
+                                "in one onnxruntime call", 1.0)  # fmt: skip
+    warmup: int = _doc("finite scores a new (or reset) stream needs before it may alert (0 = the card's scoring.z)", 0)
+    min_count: int = _doc("adjusted scores a stream learns before its online threshold exists, when the model "
+                          "card has no calibration (cold start)", 100)  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.tick_interval <= 0:
+            raise ConfigError(f"monitor.tick_interval must be > 0 seconds, got {self.tick_interval}")
+        if self.warmup < 0 or self.min_count < 2:
+            raise ConfigError("monitor.warmup must be >= 0 and monitor.min_count >= 2")
+
+
+@dataclass
+class InputConfig:
+    """Payload checks and bad-input handling ([input])."""
+
+    max_bytes: int = _doc("largest accepted payload in bytes", 65536)
+    max_skew: float = _doc("readings whose timestamp is further than this many seconds from the daemon's clock "
+                           "are rejected as absurd", 86400.0)  # fmt: skip
+    unknown_channels: str = _doc("a channel the model does not know: reject the reading, or ignore the channel",
+                                 "reject")  # fmt: skip
+    log_interval: float = _doc("seconds between log lines about one kind of bad input", 10.0)
+    dead_letter_interval: float = _doc("seconds between dead-letter samples of one kind of bad input", 1.0)
+
+    def __post_init__(self) -> None:
+        if self.unknown_channels not in ("reject", "ignore"):
+            raise ConfigError(f"input.unknown_channels must be 'reject' or 'ignore', got {self.unknown_channels!r}")
+
+
+@dataclass
+class StateConfig:
+    """Checkpoints of the per-stream state ([state])."""
+
+    path: str = _doc("checkpoint file, restored at start ('' = no checkpoints: restarts warm up again)",
+                     "state/monitor-state.npz")  # fmt: skip
+    checkpoint_interval: float = _doc("seconds between checkpoints (also written on SIGTERM); a SIGKILL loses at "
+                                      "most this much scoring history", 10.0)  # fmt: skip
+
+
+@dataclass
+class HttpConfig:
+    """Prometheus metrics and health endpoints ([http])."""
+
+    host: str = _doc("address to listen on; keep it loopback unless a firewall protects the port", "127.0.0.1")
+    port: int = _doc("port for /metrics, /healthz and /readyz (0 = no HTTP server)", 9108)
+
+
+@dataclass
+class MonitorConfig:
+    """All settings of ``trep-edge run``."""
+
+    mqtt: MqttConfig = field(default_factory=MqttConfig)
+    topics: TopicsConfig = field(default_factory=TopicsConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    windows: WindowConfig = field(default_factory=WindowConfig)
+    alerts: AlertConfig = field(default_factory=AlertConfig)
+    monitor: MonitorSettings = field(default_factory=MonitorSettings)
+    input: InputConfig = field(default_factory=InputConfig)
+    state: StateConfig = field(default_factory=StateConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    source: str = ""
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The settings as plain data, one table per section (no secrets: they are not fields)."""
+        return {name: dataclasses.asdict(getattr(self, name)) for name in section_names()}
+
+    @property
+    def revision(self) -> str:
+        """Short sha256 of the effective settings: alerts and status name the configuration they came from."""
+        text = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def section_names() -> list[str]:
+    """The TOML tables, in documentation order."""
+    return [f.name for f in dataclasses.fields(MonitorConfig) if f.name != "source"]
+
+
+def section_class(section: str) -> type:
+    """The dataclass of a TOML table."""
+    return typing.get_type_hints(MonitorConfig)[section]
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """Field name -> resolved type annotation of a config dataclass."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+
+
+def field_doc(cls: type, name: str) -> str:
+    """The one-line documentation of a field: its ``doc`` metadata, else its line in the class docstring."""
+    for f in dataclasses.fields(cls):
+        if f.name == name and "doc" in f.metadata:
+            return f.metadata["doc"]
+    match = re.search(rf"^\s*{re.escape(name)}:\s*(.+?)(?=^\s*\w+:|\Z)", cls.__doc__ or "", re.M | re.S)
+    return " ".join(match[1].split()) if match else ""
+
+
+def convert(text: str, kind: Any, where: str) -> Any:
+    """Convert an environment or flag string to a field's type (``int``, ``float``, ``bool``, ``str``, lists)."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        options = [k for k in typing.get_args(kind) if k is not type(None)]
+        if text.strip().lower() in ("", "none", "null"):
+            return None
+        return convert(text, options[0], where)
+    if origin is list:
+        (item,) = typing.get_args(kind)
+        return [convert(part.strip(), item, where) for part in text.split(",") if part.strip()]
+    try:
+        if kind is bool:
+            lowered = text.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if kind is float and text.strip().lower() in ("inf", "infinity"):
+            return float("inf")
+        return kind(text.strip()) if kind in (int, float) else kind(text)
+    except ValueError:
+        raise ConfigError(f"{where}: {text!r} is not a valid {getattr(kind, '__name__', kind)}") from None
+
+
+def _check_value(value: Any, kind: Any, where: str) -> Any:
+    """Check a TOML value against a field's type; ints are accepted for floats."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        options = [k for k in typing.get_args(kind) if k is not type(None)]
+        return None if value is None else _check_value(value, options[0], where)
+    if origin is list:
+        (item,) = typing.get_args(kind)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        return [_check_value(v, item, where) for v in value]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        raise ConfigError(f"{where} must be {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
+def _secret(path: str, file_key: str, env_var: str, env: Mapping[str, str] | None) -> str | None:
+    env = os.environ if env is None else env
+    if path:
+        try:
+            return Path(path).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise ConfigError(f"cannot read {file_key} {path}: {exc}") from exc
+    return env.get(env_var)
+
+
+def env_overrides(env: Mapping[str, str]) -> dict[tuple[str, str], str]:
+    """``TREP_EDGE_<SECTION>_<FIELD>`` variables for known sections; unknown fields there are errors."""
+    out: dict[tuple[str, str], str] = {}
+    for section in section_names():
+        prefix = f"{ENV_PREFIX}{section.upper()}_"
+        names = field_types(section_class(section))
+        for key, value in env.items():
+            if not key.startswith(prefix):
+                continue
+            name = key[len(prefix) :].lower()
+            if (section, name) in SECRET_KEYS:
+                continue
+            if name not in names:
+                raise ConfigError(f"environment variable {key}: [{section}] has no field {name!r} "
+                                  f"(fields: {', '.join(names)})")  # fmt: skip
+            out[(section, name)] = value
+    return out
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[tuple[str, str], str] | None = None,
+) -> MonitorConfig:
+    """Defaults, then the TOML file, then the environment, then flags; raise ConfigError naming the bad setting."""
+    env = os.environ if env is None else env
+    tables: dict[str, dict[str, Any]] = {s: {} for s in section_names()}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        for section, table in data.items():
+            if section not in tables or not isinstance(table, dict):
+                raise ConfigError(f"{path}: unknown table [{section}] (tables: {', '.join(section_names())})")
+            names = field_types(section_class(section))
+            for name, value in table.items():
+                if (section, name) in SECRET_KEYS:
+                    raise ConfigError(f"{path}: [{section}] {name} is a secret and must not be in the config file: "
+                                      f"use {name}_file or ${SECRET_KEYS[(section, name)]}")  # fmt: skip
+                if name not in names:
+                    raise ConfigError(f"{path}: [{section}] has no field {name!r} (fields: {', '.join(names)})")
+                tables[section][name] = _check_value(value, names[name], f"{path}: [{section}] {name}")
+    for origin, strings in (("environment", env_overrides(env)), ("flag", dict(flags or {}))):
+        for (section, name), text in strings.items():
+            names = field_types(section_class(section))
+            if name not in names:
+                raise ConfigError(f"{origin}: [{section}] has no field {name!r}")
+            tables[section][name] = convert(text, names[name], f"{origin} {section}.{name}")
+    sections = {}
+    for section, values in tables.items():
+        try:
+            sections[section] = section_class(section)(**values)
+        except ConfigError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"[{section}]: {exc}") from exc
+    return MonitorConfig(**sections, source=str(path or ""))
+
+
+def flag_name(section: str, name: str) -> str:
+    """The command-line flag of a field: ``--<section>-<field>`` with dashes."""
+    return f"--{section}-{name.replace('_', '-')}"
+
+
+def add_config_flags(parser: Any) -> None:
+    """Add one string-valued flag per field to an argparse parser, grouped by table (secrets have none)."""
+    for section in section_names():
+        cls = section_class(section)
+        group = parser.add_argument_group(f"[{section}]", (cls.__doc__ or "").strip().splitlines()[0])
+        for name, kind in field_types(cls).items():
+            group.add_argument(flag_name(section, name), dest=f"cfg__{section}__{name}", metavar="VALUE",
+                               default=None, help=field_doc(cls, name))  # fmt: skip
+
+
+def flag_overrides(args: Any) -> dict[tuple[str, str], str]:
+    """The config flags given on a parsed command line, as (section, field) -> string."""
+    out = {}
+    for key, value in vars(args).items():
+        if key.startswith("cfg__") and value is not None:
+            _, section, name = key.split("__", 2)
+            out[(section, name)] = value
+    return out

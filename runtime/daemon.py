@@ -1,0 +1,542 @@
+"""The monitor daemon's main loop: MQTT telemetry in, scores and alert state changes out.
+
+One thread does all the scoring work, in a plain loop:
+
+1. drain the intake queue (filled by the MQTT network thread) and parse each message (``payloads``); bad input
+   is counted per kind, logged at a rate limit and a sample forwarded to the dead-letter topic; it never stops
+   the loop;
+2. file the readings into their streams (``Monitor.ingest``);
+3. every ``tick_interval`` seconds, score all streams with new steps in one onnxruntime call (``Monitor.tick``)
+   and publish each alert state change (QoS 1) plus the stream's current alert state (QoS 1, retained), and
+   optionally every score;
+4. every ``checkpoint_interval`` seconds (and on SIGTERM) write the monitor's state atomically, so a restarted
+   daemon resumes with warm streams;
+5. on SIGHUP, or when the model file changes, load the new config and model aside and swap them in only if
+   both are good; a bad model is refused, logged and reported on the status topic while the old one keeps
+   running.
+
+What a SIGKILL can cost is bounded by the checkpoint interval: the restarted daemon resumes from the last
+checkpoint, so readings received after it (already acknowledged to the broker) are missing from its windows (up
+to ``max_gap`` steps they are filled as missing, longer gaps reset the stream), and alert changes published after
+it may be published again, with the same ``alert_id`` (episode numbers are part of the checkpoint).
+See docs/alerts.md.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .config import MonitorConfig, load_config
+from .engine import Engine, file_sha256, load_engine
+from .http_status import StatusServer, monitor_metrics
+from .monitor import AlertOut, Monitor, ScoredReading
+from .mqtt_io import MqttLink, Telemetry, TelemetryQueue
+from .payloads import MALFORMED_KINDS, parse_payload_lenient
+
+log = logging.getLogger(__name__)
+
+ALERT_SCHEMA_VERSION = 1
+SCORE_SCHEMA_VERSION = 1
+DEAD_LETTER_SCHEMA_VERSION = 1
+CHECKPOINT_FORMAT = 1
+DEAD_LETTER_SAMPLE_BYTES = 2048
+TOPIC_KIND = "unmatched_topic"
+"""Malformed kind of a message whose topic matches no template (only possible with overlapping templates)."""
+INTERNAL_KIND = "internal_error"
+"""Rejection kind of a message whose processing raised: a bug, counted and logged instead of stopping the daemon."""
+
+
+def finite_or_none(value: float) -> float | None:
+    """JSON has no NaN: missing or undefined numbers are published as null."""
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def fill_topic(template: str, stream: str = "", client_id: str = "") -> str:
+    """A topic from a ``[topics]`` template (``{stream}``, ``{client_id}``)."""
+    return template.replace("{stream}", stream).replace("{client_id}", client_id)
+
+
+def alert_message(alert: AlertOut, engine: Engine, revision: str) -> dict[str, Any]:
+    """The versioned alert JSON (docs/alerts.md), published on state changes and retained as the current state."""
+    return {
+        "schema_version": ALERT_SCHEMA_VERSION,
+        "alert_id": alert.alert_id,
+        "stream": alert.stream,
+        "state": alert.state,
+        "active": alert.state != "cleared",
+        "severity": alert.severity,
+        "score": finite_or_none(alert.score),
+        "adjusted": finite_or_none(alert.adjusted),
+        "threshold": finite_or_none(alert.threshold),
+        "values": {k: finite_or_none(v) for k, v in alert.values.items()},
+        "timestamp": finite_or_none(alert.timestamp),
+        "window_start": finite_or_none(alert.window_start),
+        "window_end": finite_or_none(alert.window_end),
+        "model": {"name": engine.card.name, "sha256": engine.sha256},
+        "config_revision": revision,
+        "advisory": True,
+        "published_at": time.time(),
+    }
+
+
+def score_message(s: ScoredReading) -> dict[str, Any]:
+    """One scored reading, for the optional scores topic."""
+    return {
+        "schema_version": SCORE_SCHEMA_VERSION,
+        "stream": s.stream,
+        "step": s.step,
+        "timestamp": finite_or_none(s.timestamp),
+        "raw": finite_or_none(s.raw),
+        "adjusted": finite_or_none(s.adjusted),
+        "threshold": finite_or_none(s.threshold),
+        "warming": s.warming,
+        "alert": s.alert,
+        "values": {k: finite_or_none(v) for k, v in s.values.items()},
+    }
+
+
+# -- checkpoints ------------------------------------------------------------------------------------------------
+
+
+def save_checkpoint(path: str | Path, state: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+    """Write ``state`` (flat dict of arrays) and ``meta`` atomically: temp file, fsync, rename, fsync the folder.
+
+    A crash at any moment leaves either the old checkpoint or the new one, never a torn file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = dict(state)
+    arrays["daemon/meta"] = np.array(json.dumps({**meta, "format": CHECKPOINT_FORMAT}))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Read a checkpoint written by ``save_checkpoint``: (state, meta)."""
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(str(arrays.pop("daemon/meta")))
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"checkpoint {path} has format {meta.get('format')!r}, this daemon reads {CHECKPOINT_FORMAT}")
+    return arrays, meta
+
+
+# -- bad input ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _KindLog:
+    last_log: float = -math.inf
+    unlogged: int = 0
+    last_sample: float = -math.inf
+
+
+@dataclass
+class BadInput:
+    """Rate limits for logging and dead-lettering rejected input, per kind."""
+
+    log_interval: float
+    sample_interval: float
+    kinds: dict[str, _KindLog] = field(default_factory=dict)
+
+    def note(self, kind: str, now: float) -> tuple[int, bool]:
+        """Record one rejection; return (how many to report in a log line now, 0 = stay quiet; send a sample?)."""
+        k = self.kinds.setdefault(kind, _KindLog())
+        k.unlogged += 1
+        report = 0
+        if now - k.last_log >= self.log_interval:
+            report, k.unlogged, k.last_log = k.unlogged, 0, now
+        sample = now - k.last_sample >= self.sample_interval
+        if sample:
+            k.last_sample = now
+        return report, sample
+
+
+# -- the daemon -----------------------------------------------------------------------------------------------------
+
+
+class Daemon:
+    """``trep-edge run``: owns the engine, the monitor, the MQTT link and the HTTP status server."""
+
+    def __init__(
+        self,
+        config: MonitorConfig,
+        config_path: str | None = None,
+        env: Mapping[str, str] | None = None,
+        flags: Mapping[tuple[str, str], str] | None = None,
+    ) -> None:
+        self.config = config
+        self._config_source = (config_path, env, dict(flags or {}))
+        self.metrics = monitor_metrics()
+        self.engine = self._load_engine(config)
+        self.monitor = self._restore_or_new(config)
+        self.model_error: str | None = None
+        self._model_seen = self._model_stamp(config.model.path)
+        self.queue = TelemetryQueue(config.mqtt.queue_size)
+        self.started_at = time.time()
+        self.link = MqttLink(config.mqtt, self.queue, self.status_topic, self._status(), on_drop=self._on_drop)
+        self.http: StatusServer | None = None
+        if config.http.port:
+            try:
+                self.http = StatusServer(config.http.host, config.http.port, self.metrics, self._health, self._ready)
+            except OSError as exc:
+                raise ValueError(f"cannot serve metrics on {config.http.host}:{config.http.port} ({exc}); "
+                                 "choose another http.port, or 0 for none") from exc  # fmt: skip
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._bad = BadInput(config.input.log_interval, config.input.dead_letter_interval)
+        self._arrivals: dict[tuple[str, float], float] = {}
+        self._internal_errors = 0
+        self._last_loop = time.monotonic()
+        self._last_checkpoint = time.monotonic()
+        self._publish_model_metrics()
+
+    # -- setup ---------------------------------------------------------------------------------------------------
+    @property
+    def status_topic(self) -> str:
+        """The retained status topic."""
+        return fill_topic(self.config.topics.status, client_id=self.config.mqtt.client_id)
+
+    @staticmethod
+    def _load_engine(config: MonitorConfig) -> Engine:
+        engine = load_engine(config.model.path, config.model.providers, config.model.threads)
+        check_engine(engine)
+        if engine.fallback:
+            log.warning("PROVIDER FALLBACK: %s", engine.fallback)
+        return engine
+
+    def _new_monitor(self, config: MonitorConfig, engine: Engine) -> Monitor:
+        return Monitor(engine, config.windows, config.alerts, config.monitor.warmup or None, config.monitor.min_count)
+
+    def _restore_or_new(self, config: MonitorConfig) -> Monitor:
+        path = Path(config.state.path) if config.state.path else None
+        if path is None or not path.is_file():
+            return self._new_monitor(config, self.engine)
+        try:
+            state, meta = load_checkpoint(path)
+            monitor = Monitor.from_state(self.engine, state, config.windows, config.alerts)
+        except Exception as exc:  # any unreadable checkpoint: keep it for inspection, start fresh
+            aside = path.with_name(path.name + f".unusable-{int(time.time())}")
+            os.replace(path, aside)
+            log.error("could not restore the checkpoint %s (%s); moved it to %s and starting fresh", path, exc, aside)
+            return self._new_monitor(config, self.engine)
+        age = time.time() - float(meta.get("saved_at", time.time()))
+        states = list(monitor.streams.values())
+        log.info("restored %d streams (%d active, %d warming) from %s, saved %.1f s ago", len(states),
+                 states.count("active"), states.count("warming"), path, age)  # fmt: skip
+        return monitor
+
+    def _status(self) -> dict[str, Any]:
+        e = self.engine
+        return {
+            "state": "online",
+            "client_id": self.config.mqtt.client_id,
+            "model": e.card.name,
+            "model_sha256": e.sha256,
+            "model_path": str(e.path),
+            "providers": e.providers,
+            "provider_fallback": e.fallback,
+            "model_error": self.model_error,
+            "config_revision": self.config.revision,
+            "started_at": self.started_at,
+            "advisory": True,
+        }
+
+    def _publish_model_metrics(self) -> None:
+        e = self.engine
+        key = (("model", e.card.name), ("providers", ",".join(e.providers)), ("sha256", e.sha256))
+        self.metrics.replace("trep_edge_model_info", {key: 1.0})
+
+    # -- control -------------------------------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Finish the current iteration, checkpoint, say offline and return from ``run`` (SIGTERM, SIGINT)."""
+        self._stop.set()
+
+    def request_reload(self) -> None:
+        """Reload config and model at the next iteration (SIGHUP)."""
+        self._reload.set()
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread can handle signals; an embedding program stops us with request_stop
+        signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
+        signal.signal(signal.SIGINT, lambda *_: self.request_stop())
+        signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
+
+    def _health(self) -> tuple[bool, str]:
+        limit = max(5.0, 3 * self.config.monitor.tick_interval)
+        quiet = time.monotonic() - self._last_loop
+        return quiet < limit, f"the scoring loop has not turned for {quiet:.1f} s"
+
+    def _ready(self) -> tuple[bool, str]:
+        if not self.link.connected:
+            return False, f"not connected to the broker: {self.link.last_error or 'connecting'}"
+        return True, ""
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run until stopped; return the exit code."""
+        self._install_signals()
+        if self.http is not None:
+            self.http.start()
+            log.info("metrics on http://%s:%d/metrics", self.config.http.host, self.http.port)
+        self.link.start()
+        next_tick = time.monotonic() + self.config.monitor.tick_interval
+        next_watch = time.monotonic() + self.config.model.watch_interval
+        try:
+            while not self._stop.is_set():
+                self.queue.wait(min(0.1, max(0.0, next_tick - time.monotonic())))
+                self._ingest(self.queue.drain())
+                now = time.monotonic()
+                self._last_loop = now
+                if now >= next_tick:
+                    self._safe_tick()
+                    self._update_gauges()  # once per tick: it walks every stream
+                    next_tick = max(next_tick + self.config.monitor.tick_interval, time.monotonic())
+                if self._reload.is_set():
+                    self._reload.clear()
+                    self.reload("SIGHUP")
+                elif self.config.model.watch and now >= next_watch:
+                    next_watch = now + self.config.model.watch_interval
+                    self._watch_model()
+                if self.config.state.path and now - self._last_checkpoint >= self.config.state.checkpoint_interval:
+                    self.checkpoint()
+                self.metrics.set("trep_edge_queue_depth", len(self.queue))
+        finally:
+            self._shutdown()
+        return 0
+
+    def _shutdown(self) -> None:
+        # Messages already acknowledged to the broker are only safe once they are in the checkpoint.
+        try:
+            self._ingest(self.queue.drain())
+            self._safe_tick()
+            if self.config.state.path:
+                self.checkpoint()
+        finally:
+            self.link.stop("shutdown")
+            if self.http is not None:
+                self.http.close()
+            log.info("stopped")
+
+    # -- intake --------------------------------------------------------------------------------------------------
+    def _on_drop(self, item: Telemetry) -> None:
+        self.metrics.inc("trep_edge_dropped_total")
+        report, _ = self._bad.note("queue_overflow", time.monotonic())
+        if report:
+            log.warning("intake queue full: dropped %d message(s) (oldest of their stream), last from %s",
+                        report, item.topic)  # fmt: skip
+
+    def _ingest(self, items: list[Telemetry]) -> None:
+        if not items:
+            return
+        channels = self.engine.card.channels
+        now = time.time()
+        for item in items:
+            self.metrics.inc("trep_edge_messages_total")
+            try:
+                self._ingest_one(item, channels, now)
+            except Exception as exc:  # the message boundary: a bug must cost one message, not the daemon
+                if not self._internal_errors:  # the first traceback; later ones are counted and rate-limited
+                    log.exception("internal error on a message from %s", item.topic)
+                self._internal_errors += 1
+                self._reject(INTERNAL_KIND, f"internal error: {exc!r}", item)
+        if len(self._arrivals) > 100_000:
+            # Readings merged into a step under another timestamp never get a score of their own; forget them.
+            horizon = time.time() - 600
+            self._arrivals = {k: v for k, v in self._arrivals.items() if v > horizon}
+
+    def _ingest_one(self, item: Telemetry, channels: list[str], now: float) -> None:
+        cfg = self.config.input
+        if not item.matched:
+            self._reject(TOPIC_KIND, "topic matches no template in mqtt.topics", item)
+            return
+        readings, errors = parse_payload_lenient(item.payload, item.stream, channels, now, cfg.max_bytes,
+                                                 cfg.max_skew, cfg.unknown_channels)  # fmt: skip
+        for error in errors:
+            self._reject(error.kind, str(error), item)
+        for reading in readings:
+            kind = self.monitor.ingest(reading, now)
+            if kind is not None:
+                self._reject(kind, f"reading at {reading.timestamp} refused by the window policy", item)
+                continue
+            self.metrics.inc("trep_edge_readings_total")
+            self._arrivals.setdefault((reading.stream, reading.timestamp), item.received)
+
+    def _reject(self, kind: str, message: str, item: Telemetry) -> None:
+        """Count, log at a rate limit and dead-letter a sample; never raises."""
+        malformed = kind in MALFORMED_KINDS or kind in (TOPIC_KIND, INTERNAL_KIND)
+        family = "trep_edge_malformed_total" if malformed else "trep_edge_rejected_total"
+        self.metrics.inc(family, kind=kind)
+        report, sample = self._bad.note(kind, time.monotonic())
+        if report:
+            log.warning("rejected %d message(s) as %s in the last %.0f s; latest on %s: %s", report, kind,
+                        self.config.input.log_interval, item.topic, message)  # fmt: skip
+        if sample and self.config.topics.dead_letter:
+            text = item.payload[:DEAD_LETTER_SAMPLE_BYTES].decode("utf-8", errors="replace")
+            letter = {"schema_version": DEAD_LETTER_SCHEMA_VERSION, "kind": kind, "error": message,
+                      "topic": item.topic, "stream": item.stream, "received": item.received,
+                      "payload": text, "truncated": len(item.payload) > DEAD_LETTER_SAMPLE_BYTES}  # fmt: skip
+            self.link.publish(self.config.topics.dead_letter, json.dumps(letter), qos=0)
+
+    # -- scoring -------------------------------------------------------------------------------------------------
+    def _safe_tick(self) -> None:
+        try:
+            self._tick()
+        except Exception:  # e.g. onnxruntime failing: count, log, keep the loop (and /healthz) alive
+            self.metrics.inc("trep_edge_tick_errors_total")
+            log.exception("scoring tick failed; the steps it finalised are lost")
+
+    def _tick(self) -> None:
+        result = self.monitor.tick(time.time())
+        topics, revision = self.config.topics, self.config.revision
+        if result.batch_rows:
+            self.metrics.observe("trep_edge_inference_batch_rows", result.batch_rows)
+            self.metrics.observe("trep_edge_inference_seconds", result.inference_seconds)
+        for alert in result.alerts:
+            payload = json.dumps(alert_message(alert, self.engine, revision))
+            self.link.publish(fill_topic(topics.alerts, alert.stream), payload, qos=1)
+            self.link.publish(fill_topic(topics.state, alert.stream), payload, qos=1, retain=True)
+            self.metrics.inc("trep_edge_alerts_total", state=alert.state)
+            log.info("alert %s %s (%s): adjusted %.3g vs threshold %.3g", alert.alert_id, alert.state,
+                     alert.severity, alert.adjusted, alert.threshold)  # fmt: skip
+        published = time.time()
+        for s in result.scored:
+            if topics.scores:
+                self.link.publish(fill_topic(topics.scores, s.stream), json.dumps(score_message(s)),
+                                  qos=topics.scores_qos)  # fmt: skip
+            arrival = self._arrivals.pop((s.stream, s.timestamp), None)
+            if arrival is not None:
+                self.metrics.observe("trep_edge_reading_latency_seconds", max(0.0, published - arrival))
+        if result.scored:
+            self.metrics.inc("trep_edge_scored_total", len(result.scored))
+        self.metrics.set("trep_edge_last_tick_timestamp_seconds", published)
+
+    def _update_gauges(self) -> None:
+        self.metrics.set("trep_edge_mqtt_connected", 1.0 if self.link.connected else 0.0)
+        states = list(self.monitor.streams.values())
+        for state in ("active", "warming"):
+            self.metrics.set("trep_edge_streams", states.count(state), state=state)
+        self.metrics.replace("trep_edge_monitor_events_total",
+                             {(("event", k),): float(v) for k, v in self.monitor.counters.items()})  # fmt: skip
+        self.metrics.set("trep_edge_checkpoint_age_seconds", time.monotonic() - self._last_checkpoint)
+
+    # -- state ---------------------------------------------------------------------------------------------------
+    def checkpoint(self) -> None:
+        """Write the monitor's state atomically (a failure is logged and retried at the next interval)."""
+        self._last_checkpoint = time.monotonic()
+        meta = {"saved_at": time.time(), "model": self.engine.card.name, "model_sha256": self.engine.sha256,
+                "config_revision": self.config.revision}  # fmt: skip
+        try:
+            save_checkpoint(self.config.state.path, self.monitor.state_dict(), meta)
+        except OSError as exc:
+            log.error("could not write the checkpoint %s: %s", self.config.state.path, exc)
+            return
+        self.metrics.inc("trep_edge_checkpoints_total")
+
+    # -- reloading -------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _model_stamp(path: str) -> tuple[int, int] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size
+
+    def _watch_model(self) -> None:
+        stamp = self._model_stamp(self.config.model.path)
+        if stamp is None or stamp == self._model_seen:
+            return
+        self._model_seen = stamp
+        self.reload("model file changed", config=self.config)
+
+    def reload(self, reason: str, config: MonitorConfig | None = None) -> bool:
+        """Load config (unless given) and model aside, then swap both in; refuse and keep the old on any error."""
+        try:
+            if config is None:
+                path, env, flags = self._config_source
+                config = load_config(path, env, flags)
+            sections = ("mqtt", "http", "topics")
+            restart_only = [f"[{s}]" for s in sections if getattr(config, s) != getattr(self.config, s)]
+            old, new = self.config.monitor, config.monitor
+            if (old.warmup, old.min_count) != (new.warmup, new.min_count):
+                restart_only.append("monitor.warmup/min_count")  # part of the saved monitor state
+            if restart_only:
+                log.warning("reload (%s): changes to %s take effect after a restart", reason, ", ".join(restart_only))
+            engine = self.engine
+            if config.model != self.config.model or self._file_sha(config.model.path) != self.engine.sha256:
+                engine = self._load_engine(config)
+            state = self.monitor.state_dict()
+            monitor = Monitor.from_state(self.engine, state, config.windows, config.alerts)
+            if engine is not self.engine:
+                monitor.swap_engine(engine)
+        except Exception as exc:  # a bad model or config must never take the running monitor down
+            self.model_error = f"refused reload ({reason}): {exc}"
+            log.error("%s; still running model %s (sha256 %s)", self.model_error, self.engine.card.name,
+                      self.engine.sha256[:12])  # fmt: skip
+            self.metrics.inc("trep_edge_model_reloads_total", result="refused")
+            self.link.publish_status(self._status())
+            return False
+        keep = {s: getattr(self.config, s) for s in ("mqtt", "http", "topics")}
+        self.config = config
+        for section, value in keep.items():
+            setattr(self.config, section, value)
+        self.engine, self.monitor, self.model_error = engine, monitor, None
+        self._model_seen = self._model_stamp(config.model.path)
+        self._bad.log_interval, self._bad.sample_interval = config.input.log_interval, config.input.dead_letter_interval
+        log.info("reloaded (%s): model %s sha256 %s, config revision %s", reason, engine.card.name,
+                 engine.sha256[:12], self.config.revision)  # fmt: skip
+        self.metrics.inc("trep_edge_model_reloads_total", result="ok")
+        self._publish_model_metrics()
+        self.link.publish_status(self._status())
+        return True
+
+    @staticmethod
+    def _file_sha(path: str) -> str | None:
+        try:
+            return file_sha256(path)
+        except OSError:
+            return None
+
+
+def check_engine(engine: Engine) -> None:
+    """Refuse a model that loads but cannot score: one masked/unmasked pair on a neutral window must be finite."""
+    card = engine.card
+    window = np.zeros((1, card.window, card.input_dims), dtype=np.float32)
+    z_unmasked, z_masked = engine.last_step_pair(window, np.zeros(1, dtype=np.int64))
+    if z_unmasked.shape != (1, card.repr_dims) or not (np.isfinite(z_unmasked).all() and np.isfinite(z_masked).all()):
+        raise ValueError(f"{engine.path} loads but does not score: representation shape {z_unmasked.shape} "
+                         f"(expected (1, {card.repr_dims})) or non-finite values")  # fmt: skip
+
+
+def run_daemon(config: MonitorConfig, config_path: str | None = None,
+               flags: Mapping[tuple[str, str], str] | None = None) -> int:  # fmt: skip
+    """Build and run the daemon until SIGTERM/SIGINT."""
+    daemon = Daemon(config, config_path, os.environ, flags)
+    log.info("model %s (sha256 %s) on %s, config revision %s, status on %s", daemon.engine.card.name,
+             daemon.engine.sha256[:12], daemon.engine.providers, config.revision, daemon.status_topic)  # fmt: skip
+    return daemon.run()

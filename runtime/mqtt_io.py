@@ -1,0 +1,362 @@
+"""MQTT in and out: paho's network thread, topic templates, and the bounded queue between network and scoring.
+
+The network loop owns the socket (paho's own thread); callbacks only enqueue or record state, so a slow model
+never stalls keepalives or acknowledgements. Reconnecting and resubscribing are the normal path: every connect
+subscribes again and republishes the retained ``online`` status, the Last Will says ``offline``.
+
+A broker blip or daemon restart loses no QoS 1 telemetry because the session persists: a stable client id,
+``clean_start=False`` plus a session expiry interval (MQTT 5) or ``clean_session=False`` (3.1.1), and QoS 1
+subscriptions, so the broker queues messages for the daemon while it is away.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+import ssl
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from .config import MqttConfig
+
+log = logging.getLogger(__name__)
+
+_PLACEHOLDER = re.compile(r"^\{(\w+)\}$")
+
+
+class TopicTemplate:
+    """A telemetry topic template such as ``icu/{bed}/vitals``: its subscription filter and stream ids.
+
+    Each ``{name}`` level matches one topic level (a ``+`` in the filter); MQTT's own ``+`` and ``#`` may
+    appear too but name nothing. The stream id is the ``{name}`` levels of a topic joined by ``/``, or None when
+    the template has none (the payload must then carry a stream id).
+    """
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        levels = template.split("/")
+        self._levels: list[tuple[str, str]] = []  # (kind, literal) with kind in "lit", "name", "+", "#"
+        for i, level in enumerate(levels):
+            if _PLACEHOLDER.match(level):
+                self._levels.append(("name", level[1:-1]))
+            elif level in ("+", "#"):
+                if level == "#" and i != len(levels) - 1:
+                    raise ValueError(f"topic template {template!r}: '#' must be the last level")
+                self._levels.append((level, level))
+            elif any(ch in level for ch in "{}+#"):
+                raise ValueError(f"topic template {template!r}: level {level!r} must be a literal, {{name}}, + or #")
+            else:
+                self._levels.append(("lit", level))
+        self.filter = "/".join("+" if kind == "name" else text for kind, text in self._levels)
+        self.names = [text for kind, text in self._levels if kind == "name"]
+
+    def stream_of(self, topic: str) -> tuple[bool, str | None]:
+        """Return (matches, stream id) for a concrete topic."""
+        parts = topic.split("/")
+        values = []
+        for i, (kind, text) in enumerate(self._levels):
+            if kind == "#":
+                return True, "/".join(values) if values else None
+            if i >= len(parts):
+                return False, None
+            if kind == "lit" and parts[i] != text:
+                return False, None
+            if kind == "name":
+                if not parts[i]:
+                    return False, None
+                values.append(parts[i])
+        if len(parts) != len(self._levels):
+            return False, None
+        return True, "/".join(values) if values else None
+
+
+def stream_of(templates: list[TopicTemplate], topic: str) -> tuple[bool, str | None]:
+    """The first template matching ``topic`` decides its stream id."""
+    for template in templates:
+        matched, stream = template.stream_of(topic)
+        if matched:
+            return True, stream
+    return False, None
+
+
+@dataclass
+class Telemetry:
+    """One received message, as the network thread hands it to the scoring loop."""
+
+    key: str  # queue key: the stream id, else the topic
+    stream: str | None
+    topic: str
+    payload: bytes
+    received: float  # time.time() at arrival, for latency measurements
+    matched: bool = True  # the topic matched a template
+    dropped: bool = False
+
+
+class TelemetryQueue:
+    """A bounded, thread-safe queue of telemetry that never blocks the producer.
+
+    When full, ``put`` drops the oldest queued message of the same stream (newer readings of a stream are worth
+    more than older ones); if that stream has nothing queued, the oldest message of the stream with the most
+    queued messages goes instead, so one flooding sensor cannot starve the others. Drops are counted.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"queue capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self.dropped = 0
+        self._order: deque[Telemetry] = deque()  # arrival order, with dropped items left as tombstones
+        self._streams: dict[str, deque[Telemetry]] = {}
+        self._size = 0
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def put(self, item: Telemetry) -> Telemetry | None:
+        """Enqueue; return the message dropped to make room, if any."""
+        with self._lock:
+            victim = None
+            if self._size >= self.capacity:
+                own = self._streams.get(item.key)
+                if not own:
+                    own = max(self._streams.values(), key=len)
+                victim = own.popleft()
+                victim.dropped = True
+                self._size -= 1
+                self.dropped += 1
+                if not own:
+                    del self._streams[victim.key]
+                # Tombstones are skipped when draining; compact if a long overload without drains piles them up.
+                if len(self._order) > 2 * self.capacity:
+                    self._order = deque(t for t in self._order if not t.dropped)
+            self._streams.setdefault(item.key, deque()).append(item)
+            self._order.append(item)
+            self._size += 1
+            self._ready.notify()
+            return victim
+
+    def drain(self, limit: int | None = None) -> list[Telemetry]:
+        """Remove and return up to ``limit`` queued messages (all by default), in arrival order."""
+        out: list[Telemetry] = []
+        with self._lock:
+            while self._order and (limit is None or len(out) < limit):
+                item = self._order.popleft()
+                if item.dropped:
+                    continue
+                own = self._streams[item.key]
+                own.popleft()
+                if not own:
+                    del self._streams[item.key]
+                out.append(item)
+            self._size -= len(out)
+        return out
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds until something is queued; return whether it is."""
+        with self._lock:
+            if self._size == 0 and timeout > 0:
+                self._ready.wait(timeout)
+            return self._size > 0
+
+
+def backoff_delay(attempt: int, low: float, high: float, rng: random.Random | None = None) -> float:
+    """Reconnect delay for the n-th failed attempt (0-based): doubling from ``low``, capped at ``high``, jittered.
+
+    Half of the delay is random ("equal jitter"), so many daemons that lost the same broker do not all come
+    back in the same instant.
+    """
+    rng = rng or random
+    base = min(high, low * 2 ** min(attempt, 32))
+    return base / 2 + rng.uniform(0, base / 2)
+
+
+class _Client(mqtt.Client):
+    """paho's client, remembering why the last connection attempt failed (paho drops the exception)."""
+
+    last_connect_error: BaseException | None = None
+
+    def reconnect(self) -> mqtt.MQTTErrorCode:
+        try:
+            return super().reconnect()
+        except OSError as exc:
+            self.last_connect_error = exc
+            raise
+
+
+def describe_connect_error(exc: BaseException | None, config: MqttConfig) -> str:
+    """A log line that says what probably went wrong and what to check."""
+    where = f"{config.host}:{config.port}"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS: the broker {where} certificate was not accepted ({exc.verify_message}); check mqtt.ca_file"
+    if isinstance(exc, ssl.SSLError):
+        return (f"TLS handshake with {where} failed ({exc}); check mqtt.tls, mqtt.ca_file, mqtt.cert_file and "
+                f"mqtt.key_file")  # fmt: skip
+    if isinstance(exc, ConnectionRefusedError):
+        return f"broker {where} refused the TCP connection (not running, or wrong host/port)"
+    return f"cannot connect to broker {where}: {exc or 'connection failed'}"
+
+
+class MqttLink:
+    """The daemon's MQTT connection: subscribe, enqueue telemetry, publish, keep the retained status.
+
+    ``status`` is the JSON object published retained on ``status_topic`` at every connect; the Last Will
+    replaces it by ``{"state": "offline", ...}`` when the connection drops without a clean disconnect.
+    """
+
+    def __init__(
+        self,
+        config: MqttConfig,
+        queue: TelemetryQueue,
+        status_topic: str,
+        status: dict,
+        on_drop: Callable[[Telemetry], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.queue = queue
+        self.templates = [TopicTemplate(t) for t in config.topics]
+        self.status_topic = status_topic
+        self._status = dict(status)
+        self._on_drop = on_drop
+        self.connected = False
+        self._stopping = False
+        self.connects = 0
+        self.last_error: str | None = None
+        self._attempt = 0
+        self._rng = random.Random()
+        self._lock = threading.Lock()
+        self.client = self._make_client()
+
+    def _make_client(self) -> _Client:
+        cfg = self.config
+        if cfg.protocol == "5":
+            client = _Client(CallbackAPIVersion.VERSION2, client_id=cfg.client_id, protocol=mqtt.MQTTv5)
+        else:
+            client = _Client(CallbackAPIVersion.VERSION2, client_id=cfg.client_id, protocol=mqtt.MQTTv311,
+                             clean_session=False)  # fmt: skip
+        if cfg.username:
+            client.username_pw_set(cfg.username, cfg.password())
+        if cfg.tls:
+            client.tls_set(
+                ca_certs=cfg.ca_file or None,
+                certfile=cfg.cert_file or None,
+                keyfile=cfg.key_file or None,
+                keyfile_password=cfg.key_password(),
+                cert_reqs=ssl.CERT_REQUIRED,
+                tls_version=ssl.PROTOCOL_TLS_CLIENT,
+            )
+        self._set_will(client, self._status)
+        client.max_inflight_messages_set(100)
+        # Alerts published while the broker is away wait here (paho resends them on reconnect); bounded memory.
+        client.max_queued_messages_set(10000)
+        client.reconnect_delay_set(cfg.reconnect_min, cfg.reconnect_min)
+        client.on_connect = self._on_connect
+        client.on_connect_fail = self._on_connect_fail
+        client.on_disconnect = self._on_disconnect
+        client.on_message = self._on_message
+        return client
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Connect in the background (paho's network thread retries until it succeeds)."""
+        cfg = self.config
+        if cfg.protocol == "5":
+            props = Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = int(cfg.session_expiry)
+            self.client.connect_async(cfg.host, cfg.port, cfg.keepalive, clean_start=False, properties=props)
+        else:
+            self.client.connect_async(cfg.host, cfg.port, cfg.keepalive)
+        self.client.loop_start()
+
+    def stop(self, reason: str = "shutdown", timeout: float = 5.0) -> None:
+        """Publish ``offline`` (retained), disconnect cleanly and stop the network thread."""
+        self._stopping = True
+        if self.connected:
+            info = self.publish_status({"state": "offline", "reason": reason})
+            try:
+                info.wait_for_publish(timeout)
+            except (RuntimeError, ValueError):
+                pass  # not connected any more: the Last Will says offline instead
+        self.client.disconnect()
+        self.client.loop_stop()
+        self.connected = False
+
+    # -- publishing ----------------------------------------------------------------------------------------------
+    def publish(self, topic: str, payload: bytes | str, qos: int = 1, retain: bool = False) -> mqtt.MQTTMessageInfo:
+        """Publish from any thread; QoS ≥ 1 messages published while disconnected are sent after reconnecting."""
+        return self.client.publish(topic, payload, qos=qos, retain=retain)
+
+    def publish_status(self, update: dict | None = None) -> mqtt.MQTTMessageInfo:
+        """Merge ``update`` into the status and publish it retained (the Last Will follows from the next connect)."""
+        with self._lock:
+            self._status.update(update or {})
+            status = dict(self._status)
+        self._set_will(self.client, status)
+        return self.publish(self.status_topic, json.dumps(status), qos=1, retain=True)
+
+    def _set_will(self, client: mqtt.Client, status: dict) -> None:
+        # The broker holds the will given at connect time; a new one (e.g. after a model reload) applies from the
+        # next (re)connect.
+        offline = {**status, "state": "offline", "reason": "connection lost"}
+        client.will_set(self.status_topic, json.dumps(offline), qos=1, retain=True)
+
+    # -- callbacks (network thread: record and enqueue only) ------------------------------------------------------
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        if reason_code.is_failure:
+            self.last_error = (
+                f"broker {self.config.host}:{self.config.port} refused the connection: {reason_code}; "
+                "check mqtt.username and the password (mqtt.password_file or $TREP_EDGE_MQTT_PASSWORD)"
+                if reason_code.value in (4, 5, 134, 135)
+                else f"broker {self.config.host}:{self.config.port} refused the connection: {reason_code}"
+            )
+            log.error("%s", self.last_error)
+            return
+        self.connected = True
+        self.connects += 1
+        self.last_error = None
+        self._attempt = 0
+        client.reconnect_delay_set(self.config.reconnect_min, self.config.reconnect_min)
+        # Subscribing again on every connect is the normal path: a broker that lost the session still works.
+        client.subscribe([(t.filter, self.config.qos) for t in self.templates])
+        self.publish_status({"state": "online", "reason": ""})
+        log.info("connected to %s:%s (session present: %s), subscribed to %s", self.config.host, self.config.port,
+                 flags.session_present, [t.filter for t in self.templates])  # fmt: skip
+
+    def _next_delay(self) -> float:
+        delay = backoff_delay(self._attempt, self.config.reconnect_min, self.config.reconnect_max, self._rng)
+        self._attempt += 1
+        self.client.reconnect_delay_set(delay, delay)
+        return delay
+
+    def _on_connect_fail(self, client, userdata) -> None:
+        self.connected = False
+        delay = self._next_delay()
+        self.last_error = describe_connect_error(client.last_connect_error, self.config)
+        log.error("%s; retrying in %.1f s", self.last_error, delay)
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
+        was_connected, self.connected = self.connected, False
+        if self._stopping:
+            return
+        delay = self._next_delay()
+        if was_connected:
+            log.warning("disconnected from %s:%s (%s); reconnecting in %.1f s", self.config.host, self.config.port,
+                        reason_code, delay)  # fmt: skip
+
+    def _on_message(self, client, userdata, message: mqtt.MQTTMessage) -> None:
+        matched, stream = stream_of(self.templates, message.topic)
+        item = Telemetry(stream if stream is not None else message.topic, stream, message.topic,
+                         message.payload, time.time(), matched)  # fmt: skip
+        victim = self.queue.put(item)
+        if victim is not None and self._on_drop is not None:
+            self._on_drop(victim)

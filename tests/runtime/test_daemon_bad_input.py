@@ -1,0 +1,89 @@
+"""Bad input of every kind reaches a running daemon: it stays up, counts each kind, dead-letters samples, and
+scores the next valid reading."""
+from __future__ import annotations
+
+import json
+import time
+
+from broker import broker, collectors, daemon_tables, daemons, publish  # noqa: F401 - fixtures
+
+from trep_edge.runtime.payloads import MALFORMED_KINDS
+
+
+def _bad_messages(now: float) -> dict[str, list[tuple[str, bytes]]]:
+    """At least one message per malformed kind, on bed1's topic unless the kind needs another."""
+    topic = "icu/bed1/vitals"
+
+    def js(obj) -> bytes:
+        return json.dumps(obj).encode()
+
+    ok = {"HR": 70, "SpO2": 97, "RESP": 16}
+    return {
+        "not_json": [(topic, b"{HR: 70"), (topic, b"\xff\xfe\x00\x01 binary")],
+        "not_object": [(topic, b"42")],
+        "missing_field": [(topic, js({"ts": now}))],
+        "wrong_type": [(topic, js({"ts": now, "values": {"HR": "70"}})), (topic, js({"ts": True, "values": ok}))],
+        "non_finite": [(topic, b'{"ts": %.3f, "values": {"HR": Infinity}}' % now),
+                       (topic, b'{"values": {"HR": 1e999}}')],
+        "unknown_channel": [(topic, js({"ts": now, "values": {**ok, "Temp": 37.0}}))],
+        "absurd_timestamp": [(topic, js({"ts": now * 1000, "values": ok})), (topic, js({"ts": 0, "values": ok}))],
+        "too_large": [(topic, js({"ts": now, "values": ok, "note": "x" * 1500}))],
+        "senml_invalid": [(topic, js([{"n": "HR", "vs": "high"}]))],
+        "empty": [(topic, b""), (topic, js({"ts": now, "values": {}}))],
+        "stream_mismatch": [(topic, js({"stream": "bed9", "ts": now, "values": ok}))],
+    }  # fmt: skip
+
+
+def test_every_kind_of_bad_input_is_counted_dead_lettered_and_survived(tmp_path, broker, daemons, collectors,
+                                                                       vitals_model):  # fmt: skip
+    tables = daemon_tables(broker, vitals_model, tmp_path, mqtt={"topics": ["icu/{bed}/vitals"]},
+                           input={"max_bytes": 1024, "dead_letter_interval": 0.0, "log_interval": 0.0})  # fmt: skip
+    daemon = daemons(tmp_path, tables)
+    daemon.start()
+    daemon.wait_http("/readyz")
+    out = collectors(broker.port, ["trep-edge/#"])
+    t0 = float(int(time.time()))
+    good = {"HR": 72.0, "SpO2": 96.0, "RESP": 15.0}
+    publish(broker.port, [("icu/bed1/vitals", json.dumps({"ts": t0, "values": good}))])
+    out.wait_count("trep-edge/scores/bed1", 1)
+
+    bad = _bad_messages(t0)
+    assert set(bad) == set(MALFORMED_KINDS), "a malformed kind without a test message"
+    late = ("icu/bed1/vitals", json.dumps({"ts": t0 - 5, "values": good}).encode())
+    publish(broker.port, [m for messages in bad.values() for m in messages] + [late])
+    publish(broker.port, [("icu/bed1/vitals", json.dumps({"ts": t0 + 1, "values": good}))])
+
+    scores = [m.json() for m in out.wait_count("trep-edge/scores/bed1", 2)]
+    assert scores[-1]["timestamp"] == t0 + 1, "not the reading sent after the bad ones"
+    assert scores[-1]["values"] == good and scores[-1]["raw"] is not None
+
+    assert daemon.alive() and daemon.http("/healthz")[0] == 200
+    metrics = daemon.metrics()
+    for kind, messages in bad.items():
+        assert metrics.get(f'trep_edge_malformed_total{{kind="{kind}"}}') == len(messages), kind
+    assert metrics.get('trep_edge_rejected_total{kind="late"}') == 1
+    assert metrics["trep_edge_readings_total"] == 2
+    assert metrics["trep_edge_messages_total"] == 2 + sum(len(m) for m in bad.values()) + 1
+
+    expected = sum(len(m) for m in bad.values()) + 1  # every rejection is sampled with dead_letter_interval 0
+    letters = [m.json() for m in out.wait_count("trep-edge/dead-letter", expected)]
+    assert len(letters) == expected
+    assert {letter["kind"] for letter in letters} == set(MALFORMED_KINDS) | {"late"}
+    mismatch = next(letter for letter in letters if letter["kind"] == "stream_mismatch")
+    assert mismatch["topic"] == "icu/bed1/vitals" and '"bed9"' in mismatch["payload"] and "bed9" in mismatch["error"]
+    assert next(letter for letter in letters if letter["kind"] == "too_large")["truncated"] is False  # 1.5 kB: whole
+    assert "rejected 1 message(s) as stream_mismatch" in daemon.log_text()
+
+
+def test_bad_input_is_logged_at_a_rate_limit(tmp_path, broker, daemons, vitals_model):
+    tables = daemon_tables(broker, vitals_model, tmp_path, mqtt={"topics": ["icu/{bed}/vitals"]},
+                           input={"log_interval": 60.0, "dead_letter_interval": 60.0})  # fmt: skip
+    daemon = daemons(tmp_path, tables)
+    daemon.start()
+    daemon.wait_http("/readyz")
+    publish(broker.port, [("icu/bed1/vitals", b"not json")] * 50)
+    deadline = time.monotonic() + 10
+    while daemon.metrics().get('trep_edge_malformed_total{kind="not_json"}') != 50 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert daemon.metrics().get('trep_edge_malformed_total{kind="not_json"}') == 50
+    assert daemon.log_text().count("as not_json") == 1  # one line for the first, the next in 60 s with the count

@@ -1,0 +1,165 @@
+"""End to end: a UCR-anomaly series replayed through a real broker into the daemon, compared with ``trep-edge score``.
+
+Two streams are replayed at once, accelerated (1000 readings/s each), by two ``trep-edge replay`` processes:
+
+- ``ucr135``: UCR series 135 as recorded. The tiny fixture model (16 dims, 40 training steps) does NOT detect its
+  labelled anomaly (steps 4186..4198): offline its adjusted score stays below 0.62 everywhere against a
+  threshold of 0.97, and inside the anomaly it is negative. The detection assertion on it is kept, marked as an
+  expected failure (strict, so it is noticed if a better fixture model starts detecting it).
+- ``ucr135-spike``: the same series with a 3-point spike (+60) injected at steps 5500..5502 and labelled there
+  (through the file name, as the archive labels its anomalies). The model detects spikes; this stream shows the
+  alert path end to end.
+
+For both, the daemon's per-step scores and its alert episodes must equal those of ``trep-edge score`` on the same
+file.
+"""
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from broker import Broker, Collector, DaemonProcess, daemon_tables
+
+TOPIC = "sensors/{stream}/telemetry"
+SPIKE_AT = (5500, 5503)  # injected anomaly, steps [start, end)
+RATE = 1000
+
+
+def _write_ucr(path, values) -> None:
+    path.write_text("\n".join(repr(float(v)) for v in values) + "\n")
+
+
+def _score_csv(model, data, stream, out) -> list[dict]:
+    cmd = [sys.executable, "-m", "trep_edge.cli", "score", str(data), "--model", str(model), "--stream", stream,
+           "--out", str(out), "--no-plot", "--providers", "cpu"]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    with open(out) as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory, univariate_model, ucr_series):
+    """Replay both streams through broker and daemon; return the daemon's scores/alerts and the offline CSVs."""
+    folder = tmp_path_factory.mktemp("e2e")
+    real = folder / "135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
+    _write_ucr(real, ucr_series.values)
+    spiked_values = ucr_series.values.copy()
+    spiked_values[SPIKE_AT[0] : SPIKE_AT[1]] += 60.0
+    # Archive names give 1-based inclusive anomaly positions.
+    spiked = folder / f"135_UCR_Anomaly_InternalBleeding16spike_1200_{SPIKE_AT[0] + 1}_{SPIKE_AT[1]}.txt"
+    _write_ucr(spiked, spiked_values)
+    streams = {"ucr135": real, "ucr135-spike": spiked}
+
+    broker = Broker(folder / "broker")
+    broker.start()
+    daemon = DaemonProcess(folder / "daemon", daemon_tables(broker, univariate_model, folder / "daemon"))
+    collector = None
+    replays = []
+    try:
+        daemon.start()
+        daemon.wait_http("/readyz")
+        collector = Collector(broker.port, ["trep-edge/#"])
+        for stream, path in streams.items():
+            cmd = [sys.executable, "-m", "trep_edge.cli", "replay", str(path), "--topic", TOPIC, "--broker",
+                   broker.url, "--rate", str(RATE), "--stream", stream]  # fmt: skip
+            replays.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        for proc in replays:
+            out, _ = proc.communicate(timeout=90)
+            assert proc.returncode == 0, out.decode()
+        n = len(ucr_series.values)
+        for stream in streams:
+            collector.wait_count(f"trep-edge/scores/{stream}", n, timeout=60)
+        daemon_scores = {s: [m.json() for m in collector.select(f"trep-edge/scores/{s}")] for s in streams}
+        alerts = {s: [m.json() for m in collector.select(f"trep-edge/alerts/{s}")] for s in streams}
+        metrics = daemon.metrics()
+        # A late subscriber gets each stream's current alert state, retained.
+        late = Collector(broker.port, ["trep-edge/state/#"])
+        retained = {m.topic: m for m in late.wait_for(lambda c: c.select("trep-edge/state/"), what="retained states")}
+        late.close()
+    finally:
+        for proc in replays:
+            if proc.poll() is None:
+                proc.kill()
+        if collector is not None:
+            collector.close()
+        daemon.stop()
+        broker.stop()
+    offline = {s: _score_csv(univariate_model, p, s, folder / f"{s}.csv") for s, p in streams.items()}
+    return {"scores": daemon_scores, "alerts": alerts, "offline": offline, "metrics": metrics, "retained": retained,
+            "labels": {"ucr135": ucr_series.labels, "ucr135-spike": _spike_labels(len(ucr_series.values))}}  # fmt: skip
+
+
+def _spike_labels(n: int) -> np.ndarray:
+    labels = np.zeros(n, dtype=bool)
+    labels[SPIKE_AT[0] : SPIKE_AT[1]] = True
+    return labels
+
+
+def _floats(rows: list, key: str) -> np.ndarray:
+    return np.array([np.nan if r[key] in ("", None) else float(r[key]) for r in rows])
+
+
+def _daemon_events(e2e, stream) -> list[tuple[int, str, str, str]]:
+    first = e2e["scores"][stream][0]["step"]
+    return [(round(a["window_end"]) - first, a["state"], a["severity"], a["alert_id"]) for a in e2e["alerts"][stream]]
+
+
+def _offline_events(e2e, stream) -> list[tuple[int, str, str, str]]:
+    return [(int(r["step"]), r["event"], r["severity"], r["alert_id"]) for r in e2e["offline"][stream] if r["event"]]
+
+
+@pytest.mark.parametrize("stream", ["ucr135", "ucr135-spike"])
+def test_daemon_scores_every_step_as_trep_edge_score_does(e2e, stream):
+    scores, offline = e2e["scores"][stream], e2e["offline"][stream]
+    assert len(scores) == len(offline) == 7501
+    steps = [s["step"] for s in scores]
+    assert steps == list(range(steps[0], steps[0] + len(steps))), "steps missing, repeated or out of order"
+    np.testing.assert_allclose(_floats(scores, "raw"), _floats(offline, "raw"), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(_floats(scores, "adjusted"), _floats(offline, "adjusted"), rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(_floats(scores, "threshold"), _floats(offline, "threshold"))
+    assert [s["alert"] for s in scores] == [r["alert"] == "1" for r in offline]
+    assert [s["warming"] for s in scores] == [r["warming"] == "1" for r in offline]
+
+
+@pytest.mark.parametrize("stream", ["ucr135", "ucr135-spike"])
+def test_daemon_publishes_the_same_alert_episodes_as_trep_edge_score(e2e, stream):
+    assert _daemon_events(e2e, stream) == _offline_events(e2e, stream)
+
+
+def test_injected_labelled_anomaly_raises_an_alert_inside_it(e2e):
+    labelled = np.flatnonzero(e2e["labels"]["ucr135-spike"])
+    raised = [step for step, state, _, _ in _daemon_events(e2e, "ucr135-spike") if state == "raised"]
+    delay = 7  # the card's scoring.delay
+    assert any(labelled[0] <= step <= labelled[-1] + delay for step in raised), raised
+    alert = next(a for a in e2e["alerts"]["ucr135-spike"] if a["state"] == "raised")
+    assert alert["advisory"] is True and alert["schema_version"] == 1 and len(alert["model"]["sha256"]) == 64
+    assert alert["adjusted"] > alert["threshold"] and set(alert["values"]) == {"value"}
+    assert alert["window_end"] - alert["window_start"] == 63  # window 64 at period 1 s
+
+
+MISSED = ("the tiny fixture model (40 training steps) does not detect UCR 135's labelled anomaly: its adjusted "
+          "score there is negative (offline too); see the module docstring")
+
+
+@pytest.mark.xfail(strict=True, reason=MISSED)
+def test_real_labelled_anomaly_of_ucr135_raises_an_alert_inside_it(e2e):
+    labelled = np.flatnonzero(e2e["labels"]["ucr135"])
+    raised = [step for step, state, _, _ in _daemon_events(e2e, "ucr135") if state == "raised"]
+    assert any(labelled[0] <= step <= labelled[-1] + 7 for step in raised), raised
+
+
+def test_end_to_end_run_dropped_and_rejected_nothing(e2e):
+    m = e2e["metrics"]
+    assert m["trep_edge_readings_total"] == 2 * 7501
+    assert m.get("trep_edge_dropped_total", 0) == 0
+    assert not [k for k in m if k.startswith(("trep_edge_malformed_total", "trep_edge_rejected_total"))]
+
+
+def test_current_alert_state_is_retained_per_stream(e2e):
+    state = e2e["retained"]["trep-edge/state/ucr135-spike"]
+    assert state.retain and state.json() == e2e["alerts"]["ucr135-spike"][-1]  # the last change, same payload
+    assert state.json()["state"] == "cleared" and state.json()["active"] is False
+    assert "trep-edge/state/ucr135" not in e2e["retained"]  # no episode, no state

@@ -1,0 +1,88 @@
+"""``trep-edge score``: a recorded file scored offline into a CSV and a PNG, with the daemon's alert episodes."""
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from trep_edge.runtime.alerts import AlertConfig
+from trep_edge.runtime.offline import prepare, raw_scores
+from trep_edge.runtime.replay import RecordedSeries
+from trep_edge.runtime.score_file import score_recording, write_csv, write_plot
+from trep_edge.runtime.scoring import score_series
+
+
+def _spiked(ucr_series, at=(1500, 1503)) -> RecordedSeries:
+    """Steps 4000..6499 of UCR 135 (a slice keeps the test fast) with a labelled 3-point spike injected."""
+    values = ucr_series.values[4000:6500].copy()
+    values[at[0] : at[1]] += 60.0
+    labels = np.zeros(len(values), dtype=bool)
+    labels[at[0] : at[1]] = True
+    return RecordedSeries("spiked", ["value"], values.reshape(-1, 1), labels)
+
+
+def test_scores_are_the_offline_protocol_and_episodes_follow_them(univariate_engine, ucr_series):
+    series = _spiked(ucr_series)
+    result = score_recording(univariate_engine, series)
+    card = univariate_engine.card
+    raw = raw_scores(univariate_engine, prepare(univariate_engine, series.values))
+    expected = score_series(raw, card.scoring.z, card.calibration, card.scoring.beta, card.scoring.delay)
+    np.testing.assert_array_equal(result.raw, raw)
+    np.testing.assert_array_equal(result.alerts, expected.alerts)
+    assert result.warming[: card.scoring.z].all() and not result.warming[card.scoring.z :].any()
+    raised = [e for e in result.events if e[1] == "raised"]
+    assert raised and raised[0][0] in range(1500, 1503 + card.scoring.delay) and raised[0][3] == "spiked-1"
+    assert [e[1] for e in result.events] == ["raised", "cleared"]  # one episode, closed after the spike
+
+
+def test_alert_settings_change_the_episodes_not_the_scores(univariate_engine, ucr_series):
+    series = _spiked(ucr_series, at=(1500, 1501))  # one point: cannot persist for 2 readings
+    plain = score_recording(univariate_engine, series)
+    debounced = score_recording(univariate_engine, series, AlertConfig(debounce=2))
+    np.testing.assert_array_equal(plain.adjusted, debounced.adjusted)
+    assert plain.events and not debounced.events
+
+
+def test_csv_has_one_row_per_step_with_scores_events_and_labels(tmp_path, univariate_engine, ucr_series):
+    result = score_recording(univariate_engine, _spiked(ucr_series))
+    write_csv(result, tmp_path / "out.csv")
+    with open(tmp_path / "out.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == ["step", "value", "raw", "adjusted", "threshold", "alert", "warming", "event", "severity",
+                             "alert_id", "label"]  # fmt: skip
+    assert len(rows) == 2500
+    assert rows[0]["adjusted"] == "" and float(rows[100]["adjusted"]) == result.adjusted[100]
+    assert [int(r["step"]) for r in rows if r["event"]] == [e[0] for e in result.events]
+    assert [int(r["step"]) for r in rows if r["label"] == "1"] == [1500, 1501, 1502]
+
+
+def test_plot_is_written(tmp_path, univariate_engine, ucr_series):
+    pytest.importorskip("matplotlib")
+    write_plot(score_recording(univariate_engine, _spiked(ucr_series)), tmp_path / "plot.png")
+    data = (tmp_path / "plot.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_missing_model_channel_is_a_clear_error(univariate_engine):
+    series = RecordedSeries("x", ["HR"], np.zeros((10, 1), dtype=np.float32))
+    with pytest.raises(ValueError, match=r"no column\(s\) \['value'\].*--rename"):
+        score_recording(univariate_engine, series)
+
+
+def test_score_command_writes_csv_and_png(tmp_path, univariate_model):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "m.toml").write_text("[alerts]\nclear_after = 5\n")
+    data = "UCR_Anomaly/135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
+    cmd = [sys.executable, "-m", "trep_edge.cli", "score", data, "--model", str(univariate_model),
+           "--out", str(tmp_path / "s.csv"), "--config", str(tmp_path / "m.toml"),
+           "--providers", "cpu"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if "not found" in done.stderr:
+        pytest.skip(done.stderr)
+    assert done.returncode == 0, done.stderr
+    assert "labelled anomaly steps 4186..4198" in done.stdout
+    assert (tmp_path / "s.csv").stat().st_size > 100_000 and (tmp_path / "s.png").stat().st_size > 20_000
+    assert f"PNG: {tmp_path / 's.png'}" in done.stdout
