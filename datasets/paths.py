@@ -24,3 +24,14 @@ def data_root(override: str | os.PathLike[str] | None = None) -> Path:
             f"set {ENV_VAR} or pass --data-root to point at the shared data folder"
         )
     return root
+
+
+def resolve(spec: str | os.PathLike[str], override: str | os.PathLike[str] | None = None) -> Path:
+    """A dataset path as given if it exists, else relative to the data folder; a clear error when neither exists."""
+    direct = Path(spec).expanduser()
+    if direct.exists():
+        return direct
+    candidate = data_root(override) / spec
+    if candidate.exists():
+        return candidate
+    raise FileNotFoundError(f"data {str(spec)!r} not found as a path nor under the data folder {candidate.parent}")

@@ -38,7 +38,9 @@ def _broker(text: str) -> tuple[str, int]:
 
 def replay(args: argparse.Namespace) -> int:
     """``trep-edge replay``: publish a dataset as sensor readings."""
-    from .replay import Publisher, load_series, parse_rename, replay as publish_series, resolve
+    from trep_edge.datasets.paths import resolve
+
+    from .replay import Publisher, load_series, parse_rename, replay as publish_series
 
     if args.rate is not None and args.speed is not None:
         raise ValueError("give --rate (readings/s per stream) or --speed (multiple of real time), not both")
@@ -78,7 +80,9 @@ def score(args: argparse.Namespace) -> int:
     """``trep-edge score``: score a recorded file offline; write the CSV and the PNG."""
     from .config import load_config
     from .engine import load_engine
-    from .replay import load_series, parse_rename, resolve
+    from trep_edge.datasets.paths import resolve
+
+    from .replay import load_series, parse_rename
     from .score_file import score_recording, write_csv, write_plot
 
     config = load_config(args.config, os.environ, {})

@@ -28,7 +28,6 @@ import numpy as np
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from trep_edge.datasets import paths
 from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.physionet import VITALS, iter_patients
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
@@ -46,17 +45,6 @@ class RecordedSeries:
     channels: list[str]
     values: np.ndarray
     labels: np.ndarray | None = None
-
-
-def resolve(spec: str | Path, data_root: str | None = None) -> Path:
-    """A path as given if it exists, else relative to the shared data folder."""
-    direct = Path(spec).expanduser()
-    if direct.exists():
-        return direct
-    candidate = paths.data_root(data_root) / spec
-    if candidate.exists():
-        return candidate
-    raise FileNotFoundError(f"data {str(spec)!r} not found as a path nor under the data folder {candidate.parent}")
 
 
 def parse_rename(text: str | None) -> dict[str, str]:

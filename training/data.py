@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trep_edge.datasets import paths
+from trep_edge.datasets.paths import resolve
 from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.npy import load_npy
 from trep_edge.datasets.physionet import VITALS, iter_patients
@@ -36,17 +36,6 @@ class TrainingData:
     def fingerprint(self) -> str:
         """sha256 of the normalised training array: identifies the data a model was trained on."""
         return hashlib.sha256(np.ascontiguousarray(self.x, dtype=np.float32).tobytes()).hexdigest()
-
-
-def resolve(spec: str, data_root: str | None = None) -> Path:
-    """A path as given if it exists, else relative to the data folder; a clear error when neither exists."""
-    direct = Path(spec).expanduser()
-    if direct.exists():
-        return direct
-    candidate = paths.data_root(data_root) / spec
-    if candidate.exists():
-        return candidate
-    raise FileNotFoundError(f"data {spec!r} not found as a path nor under the data folder {candidate.parent}")
 
 
 def adf_order(x: np.ndarray, max_order: int = 2, p_value: float = 0.05) -> int:
