@@ -12,6 +12,7 @@ import sys
 # subcommand -> "module:function" taking the parsed arguments and returning an exit code.
 HANDLERS = {
     "train": "trep_edge.training.commands:train",
+    "demo": "trep_edge.demo:run_demo",
     "export": "trep_edge.training.commands:export",
     "eval": "trep_edge.training.evaluation.command:evaluate",
     "run": "trep_edge.runtime.commands:run",
@@ -209,12 +210,31 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="missing: PNG of the accuracy curve; heatmap: PNG path (default docs/latent_heatmap_DodgerLoopGame.png)")
 
 
+def _demo_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="ICU monitoring demo: private broker, daemon, PhysioNet patients replayed as beds",
+        description="Starts a private Mosquitto on a free loopback port (or uses --broker), the monitor daemon with "
+        "the default model, and replays PhysioNet 2019 patients as bedside streams; prints live counters and every "
+        "alert, then scores the bed with the most alerts offline and prints the PNG path.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--model", default="models/icu-vitals.onnx", help="ONNX model with its card")
+    p.add_argument("--broker", help="HOST:PORT of an existing broker instead of a private mosquitto")
+    p.add_argument("--beds", type=int, default=40, help="patients replayed as beds")
+    p.add_argument("--rate", type=float, default=10.0, help="readings per second per bed (each reading is one hour)")
+    p.add_argument("--every", type=float, default=3.0, help="seconds between live summary lines")
+    p.add_argument("--out", default="runs/demo", help="folder for the daemon log, the CSV and the PNG")
+    p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (also used to document every option with --help)."""
     parser = argparse.ArgumentParser(prog="trep-edge", description="Edge anomaly monitoring with T-Rep representations.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _train_parser(sub)
+    _demo_parser(sub)
     _export_parser(sub)
     _eval_parser(sub)
     _run_parser(sub)

@@ -11,9 +11,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,28 +27,10 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+from trep_edge.local_broker import MOSQUITTO, free_port, wait_port
+
 USER, PASSWORD = "monitor", "s3cret-pass"
 KEY_PASSPHRASE = "key-pass"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> None:
-    """Wait until something accepts TCP connections on the port."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing accepted connections on {host}:{port} within {timeout} s")
 
 
 def stop_process(proc: subprocess.Popen | None, sig: int, timeout: float) -> int | None:

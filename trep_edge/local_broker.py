@@ -1,0 +1,42 @@
+"""A private Mosquitto broker on a free loopback port, for the demo and the tests (never for production)."""
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> None:
+    """Wait until something accepts TCP connections on the port."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing accepted connections on {host}:{port} within {timeout} s")
+
+
+def start_broker(folder: Path, port: int | None = None) -> tuple[subprocess.Popen, int]:
+    """Start an anonymous, loopback-only mosquitto in ``folder``; returns the process and its port."""
+    if not Path(MOSQUITTO).exists():
+        raise FileNotFoundError("mosquitto is not installed: run scripts/setup.sh or `apt-get install mosquitto`")
+    port = port or free_port()
+    conf = folder / "mosquitto.conf"
+    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
+    log = open(folder / "mosquitto.log", "wb")
+    proc = subprocess.Popen([MOSQUITTO, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT)
+    wait_port(port)
+    return proc, port
