@@ -76,6 +76,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
+    # mkstemp creates 0600; a model is read by the daemon's own (often dynamic) service user.
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
 

@@ -108,8 +108,9 @@ def run_demo(args: argparse.Namespace) -> int:
                 alert = json.loads(msg.payload)
                 with lock:
                     alerts.append(alert)
+                side = ">" if alert["adjusted"] > alert["threshold"] else "<"
                 print(f"  ALERT {alert['state']:<8} {alert['stream']:<8} {alert['severity']:<8} "
-                      f"adjusted {alert['adjusted']:7.2f} > threshold {alert['threshold']:.2f}  id {alert['alert_id']}")
+                      f"adjusted {alert['adjusted']:7.2f} {side} threshold {alert['threshold']:.2f}  id {alert['alert_id']}")
 
             sub = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"trep-edge-demo-viewer-{http}")
             sub.on_message = on_message
@@ -159,7 +160,7 @@ def run_demo(args: argparse.Namespace) -> int:
         bed = by_bed.most_common(1)[0][0]
         index = int("".join(ch for ch in bed if ch.isdigit())) - 1
         png = out_dir / f"{bed}.png"
-        subprocess.run(_cli("score", DATA, "--model", str(model), "--series", str(index), "--stream", bed,
+        subprocess.run(_cli("score", DATA, "--model", str(model), "--series", str(index),
                             "--out", str(out_dir / f"{bed}.csv"), "--plot", str(png),
                             *(["--data-root", args.data_root] if args.data_root else [])),
                        check=True, stdout=subprocess.DEVNULL)  # fmt: skip
