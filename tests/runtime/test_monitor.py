@@ -1,6 +1,4 @@
 import dataclasses
-import io
-import json
 import logging
 import time
 
@@ -15,6 +13,7 @@ from trep_edge.runtime.offline import prepare, raw_scores
 from trep_edge.runtime.payloads import Reading
 from trep_edge.runtime.scoring import Calibration, score_series
 from trep_edge.runtime.windows import WindowConfig
+from round_trips import json_round_trip, npz_round_trip
 
 T0 = 1_700_000_000  # epoch seconds of the first reading; with period 1 s, also its step index
 
@@ -48,17 +47,6 @@ def run(monitor, readings, tick_every=1):
             scored += result.scored
             alerts += result.alerts
     return scored, alerts
-
-
-def npz_round_trip(state):
-    buf = io.BytesIO()
-    np.savez(buf, **state)
-    buf.seek(0)
-    return dict(np.load(buf))
-
-
-def json_round_trip(state):
-    return json.loads(json.dumps({k: v.tolist() for k, v in state.items()}))
 
 
 def series_readings(values, stream="ucr"):

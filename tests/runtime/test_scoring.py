@@ -1,4 +1,3 @@
-import io
 import json
 
 import numpy as np
@@ -18,6 +17,7 @@ from trep_edge.runtime.scoring import (
     score_series,
     threshold,
 )
+from round_trips import json_round_trip, npz_round_trip
 
 
 def random_raw(rng, n, missing=0.05):
@@ -25,17 +25,6 @@ def random_raw(rng, n, missing=0.05):
     raw[rng.random(n) < 0.01] *= 20  # spikes, so some alerts fire
     raw[rng.random(n) < missing] = np.nan
     return raw
-
-
-def npz_round_trip(state):
-    buf = io.BytesIO()
-    np.savez(buf, **state)
-    buf.seek(0)
-    return dict(np.load(buf))
-
-
-def json_round_trip(state):
-    return json.loads(json.dumps({k: v.tolist() for k, v in state.items()}))
 
 
 def interleave(rng, lengths, n_streams_offset=0):

@@ -1,6 +1,4 @@
 import dataclasses
-import io
-import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,6 +8,7 @@ from trep_edge.runtime.model_card import ModelCard
 from trep_edge.runtime.offline import prepare, sliding_windows
 from trep_edge.runtime.payloads import Reading
 from trep_edge.runtime.windows import WindowConfig, WindowStore
+from round_trips import json_round_trip, npz_round_trip
 
 
 def make_card(channels=("HR", "SpO2"), window=4, differencing=0, forward_fill=0):
@@ -23,17 +22,6 @@ def make_card(channels=("HR", "SpO2"), window=4, differencing=0, forward_fill=0)
 
 def feed(store, stream, t, now=None, **values):
     return store.ingest(Reading(stream, float(t), {k: float(v) for k, v in values.items()}), now)
-
-
-def npz_round_trip(state):
-    buf = io.BytesIO()
-    np.savez(buf, **state)
-    buf.seek(0)
-    return dict(np.load(buf))
-
-
-def json_round_trip(state):
-    return json.loads(json.dumps({k: v.tolist() for k, v in state.items()}))
 
 
 def assert_batches_equal(a, b):
