@@ -14,6 +14,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from broker import broker, collectors, daemon_tables, daemons  # noqa: F401 - fixtures
 
 from trep_edge.runtime.daemon import load_checkpoint
@@ -89,10 +91,18 @@ def test_sigkilled_daemon_resumes_from_its_checkpoint_without_warmup_or_duplicat
     assert 0 <= killed_at - checkpoint_step <= RATE * (0.5 + 0.1) + 5, (checkpoint_step, killed_at)
 
     # Readings the first daemon had acknowledged but not yet scored or checkpointed when it died are lost
-    # (at most a tick's worth here); readings it had not acknowledged are redelivered to the second. Nothing is
-    # scored twice, and nothing before the checkpoint is lost.
-    steps = [s["step"] - first for s in scores]
-    assert steps == sorted(set(steps)), "a step scored twice or out of order"
+    # (at most a tick's worth here); readings it had not acknowledged are redelivered to the second (at-least-once).
+    # A redelivered reading the first daemon had already scored is scored again from the same checkpointed state,
+    # so identically; nothing else is scored twice, and nothing before the checkpoint is lost.
+    first_pass, second_pass = scores[:before_restart], scores[before_restart:]
+    for part in (first_pass, second_pass):
+        part_steps = [s["step"] for s in part]
+        assert part_steps == sorted(set(part_steps)), "a daemon scored a step twice or out of order"
+    earlier = {s["step"]: s for s in first_pass}
+    again = [s for s in second_pass if s["step"] in earlier]
+    assert all(checkpoint_step < s["step"] - first <= killed_at for s in again), "re-scored a checkpointed step"
+    assert all(s["raw"] == pytest.approx(earlier[s["step"]]["raw"], rel=1e-5) for s in again)
+    steps = sorted({s["step"] - first for s in scores})
     missing = sorted(set(range(len(series.values))) - set(steps))
     late = daemon.metrics().get('trep_edge_rejected_total{kind="late"}', 0)
     assert all(checkpoint_step < m <= killed_at + RATE for m in missing), (missing, checkpoint_step, killed_at, late)
