@@ -87,7 +87,10 @@ def causal_representations(
 def forecast_samples(
     features: np.ndarray, values: np.ndarray, lo: int, hi: int, horizon: int, drop: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Features at ``t ∈ [lo + drop, hi − horizon)`` and targets ``values[t+1 .. t+horizon]`` (flattened), all in ``[lo, hi)``."""
+    """Features at ``t ∈ [lo + drop, hi − horizon)`` and targets ``values[t+1 .. t+horizon]`` (flattened).
+
+    Every target lies in ``[lo, hi)``: a sample never reaches into the next split.
+    """
     steps = np.arange(lo + drop, hi - horizon)
     if steps.size == 0:
         raise ValueError(f"split [{lo}, {hi}) is too short for horizon {horizon} (after dropping {drop} steps)")
