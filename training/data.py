@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,8 +49,12 @@ def adf_order(x: np.ndarray, max_order: int = 2, p_value: float = 0.05) -> int:
         has_root = False
         for c in range(diffed.shape[1]):
             col = diffed[:, c][~np.isnan(diffed[:, c])]
-            if len(col) > 20 and np.ptp(col) > 0 and adfuller(col, autolag="AIC")[1] > p_value:
-                has_root = True
+            if len(col) > 20 and np.ptp(col) > 0:
+                with warnings.catch_warnings():
+                    # statsmodels 0.15 warns that its return type will change; the p-value stays element 1.
+                    warnings.simplefilter("ignore", FutureWarning)
+                    p = adfuller(col, autolag="AIC")[1]
+                has_root |= p > p_value
         if not has_root:
             return order
     return max_order
