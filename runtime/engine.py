@@ -8,13 +8,14 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from .model_card import METADATA_KEY, ModelCard, ModelCardError, sidecar_path
-from .time_index import parse_time_index, time_index
+from .time_index import TimeIndex, parse_time_index, time_index
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,26 @@ def check_graph(session: ort.InferenceSession, card: ModelCard, model_path: Path
         raise ModelCardError(f"{model_path} does not match its card: " + "; ".join(problems))
 
 
+def last_step_pair(
+    encode: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+    convention: TimeIndex,
+    windows: np.ndarray,
+    starts: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Last-step representations of ``windows [S, W, C]`` unmasked and with the last step masked.
+
+    Both variants go through one ``encode`` call (rows 0..S−1 and S..2S−1); ``starts`` are the absolute index of
+    each window's first step (used by a periodic time index).
+    """
+    s, w, _ = windows.shape
+    x = np.ascontiguousarray(np.concatenate([windows, windows]), dtype=np.float32)
+    mask = np.ones((2 * s, w), dtype=bool)
+    mask[s:, -1] = False
+    t = time_index(convention, np.concatenate([starts, starts]), w)
+    z = encode(x, mask, t)
+    return z[:s, -1], z[s:, -1]
+
+
 @dataclass
 class Engine:
     """A loaded model: session, card, identity and the providers actually in use."""
@@ -105,7 +126,7 @@ class Engine:
     providers: list[str]
     fallback: str | None = None
     max_rows: int = 1024
-    _conv: object = field(init=False, repr=False)
+    _conv: TimeIndex = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._conv = parse_time_index(self.card.time_index)
@@ -131,18 +152,8 @@ class Engine:
         return np.concatenate(out, axis=0)
 
     def last_step_pair(self, windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Last-step representations of ``windows [S, W, C]`` unmasked and with the last step masked.
-
-        Both variants go through one ``run()`` (rows 0..S−1 and S..2S−1); ``starts`` are the absolute index of
-        each window's first step (used by a periodic time index).
-        """
-        s, w, _ = windows.shape
-        x = np.ascontiguousarray(np.concatenate([windows, windows]), dtype=np.float32)
-        mask = np.ones((2 * s, w), dtype=bool)
-        mask[s:, -1] = False
-        t = time_index(self._conv, np.concatenate([starts, starts]), w)
-        z = self.encode(x, mask, t)
-        return z[:s, -1], z[s:, -1]
+        """Last-step representations of ``windows [S, W, C]`` unmasked and masked, in one ``run()``."""
+        return last_step_pair(self.encode, self._conv, windows, starts)
 
 
 def load_engine(path: str | Path, providers: str | list[str] = "auto", threads: int = 0) -> Engine:

@@ -17,7 +17,7 @@ import onnx
 import torch
 
 from trep_edge import __version__
-from trep_edge.runtime.engine import Engine, load_engine
+from trep_edge.runtime.engine import Engine, last_step_pair, load_engine
 from trep_edge.runtime.model_card import METADATA_KEY, ModelCard, Scoring, sidecar_path
 from trep_edge.runtime.offline import raw_scores
 from trep_edge.runtime.scoring import Calibration, adjust_scores, calibrate, score_series
@@ -108,7 +108,7 @@ class TorchEngine:
 
     def last_step_pair(self, windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Same contract as ``Engine.last_step_pair``."""
-        return Engine.last_step_pair(self, windows, starts)  # type: ignore[arg-type]
+        return last_step_pair(self.encode, self._conv, windows, starts)
 
 
 @dataclass

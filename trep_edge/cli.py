@@ -83,7 +83,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-calibration", action="store_true", help="leave the threshold to be learned online (cold start)")
     p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
     p.add_argument("--precision", help="also write reduced-precision variants, e.g. fp16,int8 (kept only if their "
-                   "adjusted scores stay within 0.1 sigma at p99 of the fp32 model's; see docs/precision.md)")
+                   "adjusted scores stay within 0.1 sigma at p99 of the fp32 model's; see docs/export.md)")
     p.add_argument("--check", action="store_true", help="compare torch and onnxruntime (max |diff| <= 1e-4, identical alerts); exit 1 if not")
 
 
