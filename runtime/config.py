@@ -183,6 +183,31 @@ class HttpConfig:
 
 
 @dataclass
+class ArchiveConfig:
+    """Telemetry archive for retraining ([archive]): accepted readings as gzip CSV parts, one folder per UTC day."""
+
+    enabled: bool = _doc("record every accepted reading (after parsing, before scoring); see docs/retraining.md",
+                         False)  # fmt: skip
+    path: str = _doc("archive folder (DAY/part-NNNN.csv.gz and DAY/alerts.jsonl); `trep-edge train` reads it",
+                     "archive")  # fmt: skip
+    max_part_bytes: int = _doc("start a new part once the open one holds this many compressed bytes", 16 * 2**20)
+    max_part_seconds: float = _doc("start a new part once the open one is this many seconds old", 3600.0)
+    flush_seconds: float = _doc("seconds between flushes of the open part: what a crash can lose at most", 5.0)
+    max_total_bytes: int = _doc("delete the oldest parts while the archive is larger (0 = no limit)", 10 * 2**30)
+    max_age_days: float = _doc("delete parts older than this many days (0 = keep them)", 30.0)
+    queue_size: int = _doc("readings waiting for the archive thread; when full, readings are counted as "
+                           "trep_edge_archive_dropped_total and not archived (scoring never waits)", 100000)  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.max_part_bytes < 1 or self.max_part_seconds <= 0 or self.flush_seconds <= 0:
+            raise ConfigError("archive.max_part_bytes, max_part_seconds and flush_seconds must be > 0")
+        if self.max_total_bytes < 0 or self.max_age_days < 0:
+            raise ConfigError("archive.max_total_bytes and max_age_days must be >= 0 (0 = no limit)")
+        if self.queue_size < 1:
+            raise ConfigError(f"archive.queue_size must be >= 1, got {self.queue_size}")
+
+
+@dataclass
 class MonitorConfig:
     """All settings of ``trep-edge run``."""
 
@@ -195,6 +220,7 @@ class MonitorConfig:
     input: InputConfig = field(default_factory=InputConfig)
     state: StateConfig = field(default_factory=StateConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    archive: ArchiveConfig = field(default_factory=ArchiveConfig)
     source: str = ""
 
     def to_dict(self) -> dict[str, dict[str, Any]]:

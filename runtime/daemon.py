@@ -37,6 +37,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
 from .config import MonitorConfig, load_config
 from .engine import Engine, file_sha256, load_engine
 from .http_status import StatusServer, monitor_metrics
@@ -192,7 +193,9 @@ class Daemon:
         self.config = config
         self._config_source = (config_path, env, dict(flags or {}))
         self.metrics = monitor_metrics()
+        declare_archive_metrics(self.metrics)
         self.engine = self._load_engine(config)
+        self.archive = ArchiveRecorder(config.archive, self.metrics) if config.archive.enabled else None
         self.monitor = self._restore_or_new(config)
         self.model_error: str | None = None
         self._model_seen = self._model_stamp(config.model.path)
@@ -266,6 +269,10 @@ class Daemon:
             "advisory": True,
         }
 
+    def _archive_header(self) -> ArchiveHeader:
+        e = self.engine
+        return ArchiveHeader(tuple(e.card.channels), e.card.name, e.sha256, self.config.windows.period)
+
     def _publish_model_metrics(self) -> None:
         e = self.engine
         key = (("model", e.card.name), ("providers", ",".join(e.providers)), ("sha256", e.sha256))
@@ -305,6 +312,8 @@ class Daemon:
             self.http.start()
             log.info("metrics on http://%s:%d/metrics", self.config.http.host, self.http.port)
         self.link.start()
+        if self.archive is not None:
+            self.archive.start(self._archive_header())
         next_tick = time.monotonic() + self.config.monitor.tick_interval
         next_watch = time.monotonic() + self.config.model.watch_interval
         try:
@@ -338,6 +347,8 @@ class Daemon:
             if self.config.state.path:
                 self.checkpoint()
         finally:
+            if self.archive is not None:
+                self.archive.close()
             self.link.stop("shutdown")
             if self.http is not None:
                 self.http.close()
@@ -385,6 +396,8 @@ class Daemon:
                 self._reject(kind, f"reading at {reading.timestamp} refused by the window policy", item)
                 continue
             self.metrics.inc("trep_edge_readings_total")
+            if self.archive is not None:
+                self.archive.record(reading.stream, reading.timestamp, reading.values)
             self._arrivals.setdefault((reading.stream, reading.timestamp), item.received)
 
     def _reject(self, kind: str, message: str, item: Telemetry) -> None:
@@ -418,7 +431,10 @@ class Daemon:
             self.metrics.observe("trep_edge_inference_batch_rows", result.batch_rows)
             self.metrics.observe("trep_edge_inference_seconds", result.inference_seconds)
         for alert in result.alerts:
-            payload = json.dumps(alert_message(alert, self.engine, revision))
+            message = alert_message(alert, self.engine, revision)
+            if self.archive is not None:
+                self.archive.record_alert(message)  # retraining leaves alert ranges out (docs/retraining.md)
+            payload = json.dumps(message)
             self.link.publish(fill_topic(topics.alerts, alert.stream), payload, qos=1)
             self.link.publish(fill_topic(topics.state, alert.stream), payload, qos=1, retain=True)
             self.metrics.inc("trep_edge_alerts_total", state=alert.state)
@@ -480,7 +496,7 @@ class Daemon:
             if config is None:
                 path, env, flags = self._config_source
                 config = load_config(path, env, flags)
-            sections = ("mqtt", "http", "topics")
+            sections = ("mqtt", "http", "topics", "archive")
             restart_only = [f"[{s}]" for s in sections if getattr(config, s) != getattr(self.config, s)]
             old, new = self.config.monitor, config.monitor
             if (old.warmup, old.min_count) != (new.warmup, new.min_count):
@@ -501,11 +517,14 @@ class Daemon:
             self.metrics.inc("trep_edge_model_reloads_total", result="refused")
             self.link.publish_status(self._status())
             return False
-        keep = {s: getattr(self.config, s) for s in ("mqtt", "http", "topics")}
+        keep = {s: getattr(self.config, s) for s in ("mqtt", "http", "topics", "archive")}
         self.config = config
         for section, value in keep.items():
             setattr(self.config, section, value)
+        swapped = engine is not self.engine
         self.engine, self.monitor, self.model_error = engine, monitor, None
+        if self.archive is not None and swapped:
+            self.archive.set_header(self._archive_header())  # the next part names the new model
         self._model_seen = self._model_stamp(config.model.path)
         self._bad.log_interval, self._bad.sample_interval = config.input.log_interval, config.input.dead_letter_interval
         log.info("reloaded (%s): model %s sha256 %s, config revision %s", reason, engine.card.name,
