@@ -1,4 +1,5 @@
-"""The runtime's ``trep-edge`` subcommands: ``run``, ``replay``, ``score`` and ``doctor`` (parsers in trep_edge/cli.py).
+"""The runtime's ``trep-edge`` subcommands: ``run``, ``replay``, ``score``, ``doctor`` and ``reshard`` (parsers in
+trep_edge/cli.py).
 
 Each takes the parsed arguments and returns an exit code; user errors raise ValueError / FileNotFoundError, which
 the CLI prints as one line.
@@ -161,3 +162,14 @@ def doctor(args: argparse.Namespace) -> int:
         problems.append("torch imported")
     print("OK" if not problems else f"PROBLEMS: {', '.join(problems)}")
     return 1 if problems else 0
+
+
+def reshard(args: argparse.Namespace) -> int:
+    """``trep-edge reshard``: N stopped shards' checkpoints in, M out (runtime/reshard.py)."""
+    from .reshard import reshard_files, stream_names
+    from .daemon import load_checkpoint
+
+    for path in reshard_files(args.checkpoints, args.to, args.out, args.allow_missing, args.name):
+        state, meta = load_checkpoint(path)
+        print(f"{path}: shard {meta['shard']}, {len(stream_names(state))} streams")
+    return 0

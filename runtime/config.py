@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .alerts import AlertConfig
+from .sharding import Shard
 from .windows import WindowConfig
 
 if sys.version_info >= (3, 11):
@@ -139,12 +140,18 @@ class MonitorSettings:
     warmup: int = _doc("finite scores a new (or reset) stream needs before it may alert (0 = the card's scoring.z)", 0)
     min_count: int = _doc("adjusted scores a stream learns before its online threshold exists, when the model "
                           "card has no calibration (cold start)", 100)  # fmt: skip
+    shard: str = _doc("this daemon's shard i/N of a scaled-out deployment: it scores the streams with "
+                      "crc32(stream id) mod N == i and skips the others (runtime/sharding.py); 0/1 = all", "0/1")
 
     def __post_init__(self) -> None:
         if self.tick_interval <= 0:
             raise ConfigError(f"monitor.tick_interval must be > 0 seconds, got {self.tick_interval}")
         if self.warmup < 0 or self.min_count < 2:
             raise ConfigError("monitor.warmup must be >= 0 and monitor.min_count >= 2")
+        try:
+            Shard.parse(self.shard)
+        except ValueError as exc:
+            raise ConfigError(f"monitor.shard: {exc}") from None
 
 
 @dataclass

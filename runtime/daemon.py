@@ -44,6 +44,8 @@ from .http_status import StatusServer, monitor_metrics
 from .monitor import AlertOut, Monitor, ScoredReading
 from .mqtt_io import MqttLink, Telemetry, TelemetryQueue
 from .payloads import MALFORMED_KINDS, parse_payload_lenient
+from .reshard import select_streams, stream_names
+from .sharding import Shard
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ TOPIC_KIND = "unmatched_topic"
 """Malformed kind of a message whose topic matches no template (only possible with overlapping templates)."""
 INTERNAL_KIND = "internal_error"
 """Rejection kind of a message whose processing raised: a bug, counted and logged instead of stopping the daemon."""
+OTHER_SHARD_METRIC = "trep_edge_messages_other_shard_total"
 
 
 def finite_or_none(value: float) -> float | None:
@@ -193,6 +196,10 @@ class Daemon:
         self.config = config
         self._config_source = (config_path, env, dict(flags or {}))
         self.metrics = monitor_metrics()
+        self.shard = Shard.parse(config.monitor.shard)
+        self.metrics.declare(OTHER_SHARD_METRIC, "counter", "messages skipped: their stream belongs to another shard")
+        self.metrics.declare("trep_edge_shard_info", "gauge", "this daemon's shard i/N ([monitor] shard)")
+        self.metrics.set("trep_edge_shard_info", 1.0, shard=str(self.shard.index), shards=str(self.shard.count))
         declare_archive_metrics(self.metrics)
         self.engine = self._load_engine(config)
         self.archive = ArchiveRecorder(config.archive, self.metrics) if config.archive.enabled else None
@@ -241,6 +248,7 @@ class Daemon:
             return self._new_monitor(config, self.engine)
         try:
             state, meta = load_checkpoint(path)
+            state = self._owned_state(state, meta, path)
             monitor = Monitor.from_state(self.engine, state, config.windows, config.alerts)
         except Exception as exc:  # any unreadable checkpoint: keep it for inspection, start fresh
             aside = path.with_name(path.name + f".unusable-{int(time.time())}")
@@ -252,6 +260,17 @@ class Daemon:
         log.info("restored %d streams (%d active, %d warming) from %s, saved %.1f s ago", len(states),
                  states.count("active"), states.count("warming"), path, age)  # fmt: skip
         return monitor
+
+    def _owned_state(self, state: dict[str, np.ndarray], meta: dict[str, Any], path: Path) -> dict[str, np.ndarray]:
+        """The checkpoint's streams this shard owns: after a change of layout without ``reshard``, not all of them."""
+        names = stream_names(state)
+        keep = np.array([self.shard.owns(name) for name in names], dtype=bool)
+        if keep.all():
+            return state
+        log.warning("checkpoint %s (written as shard %s) holds %d of %d streams that shard %s does not own: dropped; "
+                    "they warm up again on their owner (to move their state instead, stop every shard and run "
+                    "trep-edge reshard)", path, meta.get("shard", "0/1"), int((~keep).sum()), len(names), self.shard)
+        return select_streams(state, keep)
 
     def _status(self) -> dict[str, Any]:
         e = self.engine
@@ -265,6 +284,7 @@ class Daemon:
             "provider_fallback": e.fallback,
             "model_error": self.model_error,
             "config_revision": self.config.revision,
+            "shard": str(self.shard),
             "started_at": self.started_at,
             "advisory": True,
         }
@@ -386,8 +406,18 @@ class Daemon:
         if not item.matched:
             self._reject(TOPIC_KIND, "topic matches no template in mqtt.topics", item)
             return
+        if item.stream is not None and not self.shard.owns(item.stream):
+            self.metrics.inc(OTHER_SHARD_METRIC)
+            return
         readings, errors = parse_payload_lenient(item.payload, item.stream, channels, now, cfg.max_bytes,
                                                  cfg.max_skew, cfg.unknown_channels)  # fmt: skip
+        if item.stream is None and self.shard.count > 1:
+            # Streams named in the payload: keep this shard's readings. Bad input of such messages names no stream
+            # to route it by, so shard 0 alone reports it rather than every shard once.
+            owned = [r for r in readings if self.shard.owns(r.stream)]
+            if readings and not owned:
+                self.metrics.inc(OTHER_SHARD_METRIC)
+            readings, errors = owned, errors if self.shard.index == 0 else []
         for error in errors:
             self._reject(error.kind, str(error), item)
         for reading in readings:
@@ -466,7 +496,7 @@ class Daemon:
         """Write the monitor's state atomically (a failure is logged and retried at the next interval)."""
         self._last_checkpoint = time.monotonic()
         meta = {"saved_at": time.time(), "model": self.engine.card.name, "model_sha256": self.engine.sha256,
-                "config_revision": self.config.revision}  # fmt: skip
+                "config_revision": self.config.revision, "shard": str(self.shard)}  # fmt: skip
         try:
             save_checkpoint(self.config.state.path, self.monitor.state_dict(), meta)
         except OSError as exc:
@@ -501,6 +531,8 @@ class Daemon:
             old, new = self.config.monitor, config.monitor
             if (old.warmup, old.min_count) != (new.warmup, new.min_count):
                 restart_only.append("monitor.warmup/min_count")  # part of the saved monitor state
+            if old.shard != new.shard:
+                restart_only.append("monitor.shard")  # the state holds the streams of the running shard
             if restart_only:
                 log.warning("reload (%s): changes to %s take effect after a restart", reason, ", ".join(restart_only))
             engine = self.engine

@@ -19,6 +19,7 @@ HANDLERS = {
     "replay": "trep_edge.runtime.commands:replay",
     "score": "trep_edge.runtime.commands:score",
     "doctor": "trep_edge.runtime.commands:doctor",
+    "reshard": "trep_edge.runtime.commands:reshard",
 }
 
 
@@ -101,7 +102,26 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
         allow_abbrev=False,
     )
     p.add_argument("--config", help="TOML file (see deploy/monitor.toml)")
+    p.add_argument("--shard", dest="cfg__monitor__shard", metavar="I/N", help="this daemon's shard of N (same as "
+                   "--monitor-shard): it scores the streams with crc32(stream id) %% N == I (docs/operations.md)")
     add_config_flags(p)
+
+
+def _reshard_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "reshard",
+        help="move stopped shards' checkpoints to another number of shards",
+        description="Read the checkpoints of all N shards of a stopped deployment and write one checkpoint per new "
+        "shard of --to M, each stream's state going to its new owner (crc32(stream id) %% M). Start the M daemons "
+        "with --shard i/M and [state] path pointing at their file: every stream resumes warm (docs/operations.md).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("checkpoints", nargs="+", metavar="OLD", help="the old shards' checkpoint files ([state] path)")
+    p.add_argument("--to", type=int, required=True, metavar="M", help="the new number of shards")
+    p.add_argument("--out", required=True, help="folder for the new checkpoints")
+    p.add_argument("--name", default="shard-{i}-of-{n}.npz", help="file name of new shard {i} of {n}")
+    p.add_argument("--allow-missing", action="store_true", help="go on when an old shard's checkpoint is not given "
+                   "(its streams warm up again)")
 
 
 def _replay_parser(sub: argparse._SubParsersAction) -> None:
@@ -241,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     _replay_parser(sub)
     _score_parser(sub)
     _doctor_parser(sub)
+    _reshard_parser(sub)
     return parser
 
 
