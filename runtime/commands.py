@@ -153,6 +153,9 @@ def doctor(args: argparse.Namespace) -> int:
         print("  check       graph matches the card (inputs x/mask/t, channels, repr dims); sidecar card agrees; "
               "a test window scores finite")  # fmt: skip
         print(f"  providers   requested {args.providers!r}, running on {engine.providers}")
+        print(f"  engine      {engine.selected}: {engine.selection_reason}")
+        for name, verdict in engine.candidates.items():
+            print(f"    {name:<11} {verdict}")
         if engine.fallback:
             print(f"\n!!! PROVIDER FALLBACK !!! {engine.fallback}\n", file=sys.stderr)
             print(f"  PROVIDER FALLBACK: {engine.fallback}")

@@ -233,7 +233,7 @@ class Daemon:
 
     @staticmethod
     def _load_engine(config: MonitorConfig) -> Engine:
-        engine = load_engine(config.model.path, config.model.providers, config.model.threads)
+        engine = load_engine(config.model.path, config.model.providers, config.model.threads, config.model.engine)
         check_engine(engine)
         if engine.fallback:
             log.warning("PROVIDER FALLBACK: %s", engine.fallback)
@@ -282,6 +282,8 @@ class Daemon:
             "model_path": str(e.path),
             "providers": e.providers,
             "provider_fallback": e.fallback,
+            "engine": e.selected,
+            "engine_reason": e.selection_reason,
             "model_error": self.model_error,
             "config_revision": self.config.revision,
             "shard": str(self.shard),
@@ -295,7 +297,8 @@ class Daemon:
 
     def _publish_model_metrics(self) -> None:
         e = self.engine
-        key = (("model", e.card.name), ("providers", ",".join(e.providers)), ("sha256", e.sha256))
+        key = (("engine", e.selected), ("model", e.card.name), ("providers", ",".join(e.providers)),
+               ("sha256", e.sha256))  # fmt: skip
         self.metrics.replace("trep_edge_model_info", {key: 1.0})
 
     # -- control -------------------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """The model card: what a runtime must know to feed a model and judge its scores (docs/model-contract.md).
 
 It travels twice: inside the ONNX file (``metadata_props["trep_edge.card"]``) and as ``NAME.card.json`` beside it.
+Extra graphs of the same model (e.g. ``last_step``) travel only inside the file, base64 under
+``trep_edge.graph.<name>``, and the card's optional ``graphs`` field names each with its sha256.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from .time_index import parse_time_index
 
 SCHEMA_VERSION = 1
 METADATA_KEY = "trep_edge.card"
+GRAPH_KEY_PREFIX = "trep_edge.graph."
 TIME_EMBEDDINGS = ("time2vec", "mlp", "rbf", "none")
 PRECISIONS = ("fp32", "fp16", "int8")
 
@@ -51,11 +54,18 @@ class ModelCard:
     versions: dict = field(default_factory=dict)
     weights_sha256: str = ""
     precision: str = "fp32"
+    graphs: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
-        """Canonical JSON text (sorted keys), identical in the ONNX metadata and the sidecar file."""
-        return json.dumps(asdict(self), sort_keys=True, indent=2)
+        """Canonical JSON text (sorted keys), identical in the ONNX metadata and the sidecar file.
+
+        ``graphs`` is left out when empty, so a card without extra graphs keeps the text older runtimes wrote.
+        """
+        data = asdict(self)
+        if not self.graphs:
+            del data["graphs"]
+        return json.dumps(data, sort_keys=True, indent=2)
 
     @classmethod
     def from_json(cls, text: str, source: str = "model card") -> "ModelCard":
@@ -123,8 +133,21 @@ class ModelCard:
             problems.append("scoring.z must be ≥ 1 and scoring.delay ≥ 0")
         if self.calibration is not None and not self.calibration.sigma >= 0:
             problems.append("calibration.sigma must be ≥ 0")
+        problems += _graph_problems(self.graphs)
         if problems:
             raise ModelCardError(f"{source} is invalid: " + "; ".join(problems))
+
+
+def _graph_problems(graphs: object) -> list[str]:
+    """What is wrong with a card's ``graphs`` field: ``{name: {"sha256": 64 hex digits, ...}}``."""
+    if not isinstance(graphs, dict):
+        return [f"graphs must be an object of name -> {{sha256, window}}, got {type(graphs).__name__}"]
+    problems = []
+    for name, info in graphs.items():
+        digest = info.get("sha256") if isinstance(info, dict) else None
+        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            problems.append(f"graphs.{name}.sha256 must be 64 lowercase hex digits")
+    return problems
 
 
 def sidecar_path(model_path: str | Path) -> Path:

@@ -5,10 +5,12 @@ graph, so the threshold in the card is the one the daemon would compute on the s
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +20,13 @@ import torch
 
 from trep_edge import __version__
 from trep_edge.runtime.engine import Engine, last_step_pair, load_engine
-from trep_edge.runtime.model_card import METADATA_KEY, ModelCard, Scoring, sidecar_path
+from trep_edge.runtime.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, ModelCard, Scoring, sidecar_path
 from trep_edge.runtime.offline import raw_scores
 from trep_edge.runtime.scoring import Calibration, adjust_scores, calibrate, score_series
 from trep_edge.runtime.time_index import parse_time_index, time_index
 
 from .encoder import TRepEncoder
+from .pruned_graph import last_step_graph
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +42,22 @@ def weights_sha256(module: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def export_graph(encoder: TRepEncoder, path: Path, opset: int = OPSET) -> None:
-    """Write the encoder as an ONNX graph with dynamic batch and time, and run the full ONNX checker on it."""
-    encoder = encoder.eval().cpu()
-    c = encoder.cfg.input_dims
-    example = (torch.randn(2, 16, c), torch.ones(2, 16, dtype=torch.bool), torch.arange(16.0).repeat(2, 1))
-    batch, steps = torch.export.Dim("batch"), torch.export.Dim("time", min=2)
-    dynamic = {"x": {0: batch, 1: steps}, "mask": {0: batch, 1: steps}, "t": {0: batch, 1: steps}}
+def export_module(
+    module: torch.nn.Module,
+    example: tuple[torch.Tensor, ...],
+    path: Path,
+    input_names: list[str],
+    output_names: list[str],
+    dynamic: dict,
+    opset: int = OPSET,
+) -> None:
+    """Export ``module`` with the project's exporter settings (dynamo, ``opset``) and run the full ONNX checker."""
     torch.onnx.export(
-        encoder,
+        module,
         example,
         str(path),
-        input_names=["x", "mask", "t"],
-        output_names=["z"],
+        input_names=input_names,
+        output_names=output_names,
         opset_version=opset,
         dynamo=True,
         dynamic_shapes=dynamic,
@@ -61,15 +67,57 @@ def export_graph(encoder: TRepEncoder, path: Path, opset: int = OPSET) -> None:
     onnx.checker.check_model(onnx.load(str(path)), full_check=True)
 
 
-def write_card(model_path: Path, card: ModelCard) -> None:
-    """Store the card in the ONNX metadata and beside the file, each written atomically."""
+def export_graph(encoder: TRepEncoder, path: Path, opset: int = OPSET) -> None:
+    """Write the encoder as an ONNX graph with dynamic batch and time (the contract's full graph)."""
+    encoder = encoder.eval().cpu()
+    c = encoder.cfg.input_dims
+    example = (torch.randn(2, 16, c), torch.ones(2, 16, dtype=torch.bool), torch.arange(16.0).repeat(2, 1))
+    batch, steps = torch.export.Dim("batch"), torch.export.Dim("time", min=2)
+    dynamic = {"x": {0: batch, 1: steps}, "mask": {0: batch, 1: steps}, "t": {0: batch, 1: steps}}
+    export_module(encoder, example, path, ["x", "mask", "t"], ["z"], dynamic, opset)
+
+
+GraphBuilder = Callable[[TRepEncoder, int], "bytes | None"]
+GRAPH_BUILDERS: dict[str, GraphBuilder] = {"last_step": last_step_graph}
+"""Extra graphs embedded in every exported model: name → builder(encoder, window) returning ONNX bytes, or None
+when the graph does not apply to this encoder. Register a new variant here with one line."""
+
+
+def build_graphs(encoder: TRepEncoder, window: int) -> dict[str, bytes]:
+    """Build every registered extra graph that applies to ``encoder`` at this window."""
+    built = {name: build(encoder, window) for name, build in GRAPH_BUILDERS.items()}
+    return {name: blob for name, blob in built.items() if blob is not None}
+
+
+def write_card(model_path: Path, card: ModelCard, graphs: dict[str, bytes] | None = None) -> None:
+    """Store the card (and the extra graphs it lists) in the ONNX metadata, and the card beside the file.
+
+    The graph bytes come from ``graphs`` or, for a name not given there, from the file's current metadata, so a
+    card can be rewritten (calibration, precision) without rebuilding graphs. A graph the card does not list is
+    dropped; one whose bytes do not match the card's sha256 is an error.
+    """
     card.validate()
     model = onnx.load(str(model_path))
+    prefix = len(GRAPH_KEY_PREFIX)
+    blobs = {p.key[prefix:]: base64.b64decode(p.value) for p in model.metadata_props if p.key.startswith(GRAPH_KEY_PREFIX)}
+    blobs.update(graphs or {})
     del model.metadata_props[:]
     entry = model.metadata_props.add()
     entry.key, entry.value = METADATA_KEY, card.to_json()
+    for name, info in sorted(card.graphs.items()):
+        if name not in blobs:
+            raise ValueError(f"the card lists graph {name!r} but no bytes were given or found in {model_path}")
+        if hashlib.sha256(blobs[name]).hexdigest() != info["sha256"]:
+            raise ValueError(f"graph {name!r} does not match the sha256 in the card: rebuild it with graph_entry()")
+        entry = model.metadata_props.add()
+        entry.key, entry.value = GRAPH_KEY_PREFIX + name, base64.b64encode(blobs[name]).decode()
     _atomic_write(model_path, model.SerializeToString())
     _atomic_write(sidecar_path(model_path), card.to_json().encode())
+
+
+def graph_entry(blob: bytes, window: int) -> dict:
+    """The card's description of an embedded graph: its identity and the window it was built for."""
+    return {"sha256": hashlib.sha256(blob).hexdigest(), "window": window, "bytes": len(blob)}
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -213,7 +261,9 @@ def export_encoder(
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         staged = Path(tmp) / out.name
         export_graph(encoder, staged)
-        write_card(staged, card)
+        graphs = build_graphs(encoder, card.window)
+        card.graphs = {name: graph_entry(blob, card.window) for name, blob in graphs.items()}
+        write_card(staged, card, graphs)
         if calibration_series:
             card.calibration = calibration_stats(load_engine(staged, "cpu"), calibration_series, max_calibration_steps)
             write_card(staged, card)

@@ -154,7 +154,8 @@ def export_variant(reference: Engine, precision: str, series: list[np.ndarray], 
             quantize_int8(src, staged, reference, judged)
         else:
             raise ValueError(f"precision {precision!r} is not fp16 or int8")
-        write_card(staged, replace(reference.card, precision=precision))
+        # Variants carry only the full graph: embedded fp32 graphs would not match the variant's numbers.
+        write_card(staged, replace(reference.card, precision=precision, graphs={}))
         report = compare(reference, load_engine(staged, "cpu"), judged, precision)
         if report.accepted:
             shutil.move(str(staged), dst)

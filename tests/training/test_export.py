@@ -143,22 +143,22 @@ def test_gpu_request_falls_back_to_cpu_loudly(univariate_model, caplog):
         choose_providers("gpu")
 
 
-def test_engine_scores_both_variants_in_one_run(univariate_engine):
+@pytest.mark.parametrize("name", ["full", "last_step"])
+def test_engine_scores_both_variants_in_one_run(univariate_model, name):
     calls = []
-    real_run = univariate_engine.session.run
+    engine = load_engine(univariate_model, "cpu", engine=name)
+    real_run = engine.session.run if name == "full" else engine.graphs[name].run
 
     class Spy:
         def run(self, names, feeds):
             calls.append(feeds["x"].shape)
             return real_run(names, feeds)
 
-    spy = Spy()
-    engine = univariate_engine
-    original, engine.session = engine.session, spy
-    try:
-        w = engine.card.window
-        zu, zm = engine.last_step_pair(np.zeros((5, w, 1), np.float32), np.zeros(5, np.int64))
-    finally:
-        engine.session = original
+    if name == "full":
+        engine.session = Spy()
+    else:
+        engine.graphs[name] = Spy()
+    w = engine.card.window
+    zu, zm = engine.last_step_pair(np.zeros((5, w, 1), np.float32), np.zeros(5, np.int64))
     assert calls == [(10, w, 1)]
     assert zu.shape == zm.shape == (5, engine.card.repr_dims)

@@ -1,0 +1,85 @@
+"""The last_step graph: which positions it computes, and that it equals the full graph's last step."""
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from trep_edge.training.encoder import EncoderConfig, TRepEncoder
+from trep_edge.training.pruned_graph import LastStepEncoder, conv_positions, last_step_graph, position_plan
+
+SMALL = dict(repr_dims=8, hidden_dims=12, depth=5, time_embedding_dims=6)
+
+
+def _encoder(time_embedding: str, seed: int = 0, **overrides) -> TRepEncoder:
+    torch.manual_seed(seed)
+    return TRepEncoder(EncoderConfig(input_dims=2, time_embedding=time_embedding, **{**SMALL, **overrides})).eval()
+
+
+def _inputs(batch: int, window: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random values with NaNs, random keep-masks, the masked-last-step variant in the second half of the rows."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, window, 2, generator=g)
+    x[torch.rand(x.shape, generator=g) < 0.1] = float("nan")
+    mask = torch.rand(batch, window, generator=g) > 0.2
+    mask[:, -1] = True
+    mask[batch // 2 :, -1] = False
+    t = torch.arange(window, dtype=torch.float32) + torch.randint(0, 500, (batch, 1), generator=g)
+    return x, mask, t
+
+
+def test_paper_size_window_201_computes_about_7x_fewer_conv_positions():
+    encoder = TRepEncoder(EncoderConfig(input_dims=1, depth=10))
+    pruned, full = conv_positions(encoder, 201)
+    assert full == 2 * 11 * 201
+    assert (pruned, full) == (616, 4422) and full / pruned > 7
+    # Dilations 256..1024 reach only outside the window from its last step: those blocks compute one position.
+    assert [len(p.outputs) for p in position_plan(encoder, 201)[-3:]] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("time_embedding", ["time2vec", "mlp", "rbf", "none"])
+@pytest.mark.parametrize("window", [2, 23, 64])
+def test_torch_last_step_equals_full_graph_last_step(time_embedding, window):
+    encoder = _encoder(time_embedding)
+    pruned = LastStepEncoder(encoder, window).eval()
+    for batch in (1, 6):
+        x, mask, t = _inputs(batch, window, seed=batch)
+        with torch.no_grad():
+            expected = encoder(x, mask, t)[:, -1]
+            got = pruned(x, mask, t)
+        assert got.shape == expected.shape
+        assert torch.isfinite(got).all()
+        assert float((got - expected).abs().max()) <= 1e-5
+
+
+def test_a_nan_last_step_equals_a_masked_last_step():
+    pruned = LastStepEncoder(_encoder("time2vec"), 16).eval()
+    x, mask, t = _inputs(2, 16)
+    mask[:] = True
+    masked = mask.clone()
+    masked[:, -1] = False
+    missing = x.clone()
+    missing[:, -1, 0] = float("nan")
+    with torch.no_grad():
+        assert torch.allclose(pruned(missing, mask, t), pruned(x, masked, t), atol=1e-6)
+        assert not torch.allclose(pruned(x, mask, t), pruned(x, masked, t), atol=1e-6)
+
+
+def test_wrong_window_length_is_refused():
+    pruned = LastStepEncoder(_encoder("none"), 16)
+    with pytest.raises(ValueError, match="windows of 16 steps, got 15"):
+        pruned(*_inputs(1, 15))
+
+
+@pytest.mark.parametrize("time_embedding", ["time2vec", "mlp", "rbf", "none"])
+def test_onnx_last_step_graph_equals_torch_full_graph(time_embedding):
+    window = 40
+    encoder = _encoder(time_embedding, seed=3, depth=3)
+    session = ort.InferenceSession(last_step_graph(encoder, window), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["x", "mask", "t"]
+    for batch in (1, 5, 32):
+        x, mask, t = _inputs(batch, window, seed=batch)
+        with torch.no_grad():
+            expected = encoder(x, mask, t)[:, -1].numpy()
+        got = session.run(["z_last"], {"x": x.numpy(), "mask": mask.numpy(), "t": t.numpy()})[0]
+        assert got.shape == (batch, SMALL["repr_dims"])
+        assert float(np.max(np.abs(got - expected))) <= 1e-5

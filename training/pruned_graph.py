@@ -1,0 +1,139 @@
+"""The ``last_step`` graph: ``z[:, -1]`` of a fixed-length window, computing only the positions that feed it.
+
+The streaming score needs one representation per window, the last step's. Walking the TCN backwards from that
+step, each convolution only has to be evaluated where a later layer reads it: with window 201 and the paper's
+dilations (1 … 1024) that is about a seventh of the full graph's conv positions, because the large dilations
+reach outside the window (zero padding) and the small ones only widen a narrow cone. ``position_plan`` counts
+them; ``LastStepEncoder`` evaluates each conv as a gather of its taps (a zero row stands for the padding)
+followed by one matrix product, so the same weights give the full graph's value to float rounding.
+
+Inputs ``x [B, W, C]``, ``mask [B, W]``, ``t [B, W]`` with W fixed (the card's window), output
+``z_last [B, F]``; NaN and mask semantics are those of ``TRepEncoder.forward``.
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .encoder import TRepEncoder
+
+INPUT_NAMES = ["x", "mask", "t"]
+OUTPUT_NAME = "z_last"
+
+
+def tap_offsets(block: nn.Module, conv: nn.Conv1d) -> list[int]:
+    """Offsets of the input positions output position p reads: ``p + k·d − left padding`` for k < kernel size.
+
+    The left padding is the conv's own ("same") or the block's ``causal_pad`` for causal encoders.
+    """
+    d, pad = conv.dilation[0], conv.padding[0] + getattr(block, "causal_pad", 0)
+    return [k * d - pad for k in range(conv.kernel_size[0])]
+
+
+def _reads(positions: list[int], offsets: list[int], window: int) -> list[int]:
+    """Every in-window position that some output in ``positions`` reads."""
+    return sorted({p + o for p in positions for o in offsets if 0 <= p + o < window})
+
+
+def _tap_index(outputs: list[int], inputs: list[int], offsets: list[int], window: int) -> torch.Tensor:
+    """``[len(outputs), K]`` row indices into ``inputs``; out-of-window taps point at the zero row ``len(inputs)``."""
+    row = {p: i for i, p in enumerate(inputs)}
+    pad = len(inputs)
+    return torch.tensor([[row[p + o] if 0 <= p + o < window else pad for o in offsets] for p in outputs])
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """Where one residual block is evaluated: its input, middle and output positions (window coordinates)."""
+
+    inputs: list[int]
+    middle: list[int]
+    outputs: list[int]
+
+
+def position_plan(encoder: TRepEncoder, window: int) -> list[BlockPlan]:
+    """Per block, the positions that feed the last step of a ``window``-step input (first block first)."""
+    plans: list[BlockPlan] = []
+    outputs = [window - 1]
+    for block in reversed(encoder.blocks):
+        middle = _reads(outputs, tap_offsets(block, block.conv2), window)
+        inputs = sorted(set(_reads(middle, tap_offsets(block, block.conv1), window)) | set(outputs))
+        plans.append(BlockPlan(inputs, middle, outputs))
+        outputs = inputs
+    return plans[::-1]
+
+
+def conv_positions(encoder: TRepEncoder, window: int) -> tuple[int, int]:
+    """(pruned, full) number of conv output positions per window: what the graph computes vs the full graph."""
+    plans = position_plan(encoder, window)
+    return sum(len(p.middle) + len(p.outputs) for p in plans), 2 * len(plans) * window
+
+
+def _conv_at(conv: nn.Conv1d, h: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The conv's output at the rows ``index`` selects from ``h [B, P, C]`` (zero row appended for the padding)."""
+    b, rows, k = h.shape[0], index.shape[0], index.shape[1]
+    taps = F.pad(h, (0, 0, 0, 1)).index_select(1, index.reshape(-1)).reshape(b, rows, k * h.shape[-1])
+    # Conv weight [out, in, K] laid out as [out, K·in] to match the taps' (k, channel) order.
+    weight = conv.weight.permute(0, 2, 1).reshape(conv.out_channels, -1)
+    return F.linear(taps, weight, conv.bias)
+
+
+class LastStepEncoder(nn.Module):
+    """``TRepEncoder`` restricted to the last step of a fixed window; shares the encoder's weights."""
+
+    def __init__(self, encoder: TRepEncoder, window: int) -> None:
+        super().__init__()
+        if window < 1:
+            raise ValueError(f"window must be a positive number of steps, got {window}")
+        self.encoder = encoder
+        self.window = window
+        plans = position_plan(encoder, window)
+        self.register_buffer("input_positions", torch.tensor(plans[0].inputs))
+        for i, (block, plan) in enumerate(zip(encoder.blocks, plans)):
+            row = {p: j for j, p in enumerate(plan.inputs)}
+            self.register_buffer(f"conv1_{i}", _tap_index(plan.middle, plan.inputs, tap_offsets(block, block.conv1), window))
+            self.register_buffer(f"conv2_{i}", _tap_index(plan.outputs, plan.middle, tap_offsets(block, block.conv2), window))
+            self.register_buffer(f"skip_{i}", torch.tensor([row[p] for p in plan.outputs]))
+
+    def block_inputs(self, x: torch.Tensor, mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """The first block's input at the planned positions: projection, keep-mask, then τ (as the encoder does)."""
+        x, mask, t = (v.index_select(1, self.input_positions) for v in (x, mask, t))
+        enc = self.encoder
+        nan = torch.isnan(x)
+        keep = (mask & ~nan.any(dim=-1)).unsqueeze(-1)
+        u = enc.projection(torch.where(nan, torch.zeros_like(x), x)) * keep.to(x.dtype)
+        tau = enc.embed_time(t)
+        return u if tau is None else torch.cat([u, tau.to(u.dtype)], dim=-1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """``z_last [B, F]`` for ``x [B, W, C]``, ``mask [B, W]``, ``t [B, W]``."""
+        if x.shape[1] != self.window:
+            raise ValueError(f"the last_step graph is built for windows of {self.window} steps, got {x.shape[1]}")
+        h = self.block_inputs(x, mask, t)
+        for i, block in enumerate(self.encoder.blocks):
+            skip = h.index_select(1, getattr(self, f"skip_{i}"))
+            if block.residual is not None:
+                skip = F.linear(skip, block.residual.weight[:, :, 0], block.residual.bias)
+            middle = _conv_at(block.conv1, F.gelu(h), getattr(self, f"conv1_{i}"))
+            h = _conv_at(block.conv2, F.gelu(middle), getattr(self, f"conv2_{i}")) + skip
+        return h[:, 0]
+
+
+def last_step_graph(encoder: TRepEncoder, window: int) -> bytes:
+    """ONNX bytes of ``LastStepEncoder(encoder, window)``, exported like the full graph (dynamic batch only)."""
+    from .export import export_module
+
+    module = LastStepEncoder(encoder.eval().cpu(), window).eval()
+    c = encoder.cfg.input_dims
+    example = (torch.randn(2, window, c), torch.ones(2, window, dtype=torch.bool), torch.arange(float(window)).repeat(2, 1))
+    batch = torch.export.Dim("batch")
+    dynamic = {name: {0: batch} for name in INPUT_NAMES}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "last_step.onnx"
+        export_module(module, example, path, INPUT_NAMES, [OUTPUT_NAME], dynamic)
+        return path.read_bytes()
