@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from trep_edge.runtime.engine import Engine, load_engine
+from trep_edge.runtime.engine import Engine, load_engine, seconds_per_window
 from trep_edge.runtime.model_card import sidecar_path
 from trep_edge.runtime.offline import raw_scores, sliding_windows
 from trep_edge.runtime.scoring import adjust_scores, detect, threshold
@@ -95,13 +94,7 @@ def _ms_per_reading(engine: Engine, values: np.ndarray, streams: int = 64, repea
     w = engine.card.window
     windows = np.ascontiguousarray(sliding_windows(values, w)[-streams:])
     starts = np.zeros(len(windows), dtype=np.int64)
-    engine.last_step_pair(windows, starts)
-    best = float("inf")
-    for _ in range(repeats):
-        began = time.perf_counter()
-        engine.last_step_pair(windows, starts)
-        best = min(best, time.perf_counter() - began)
-    return 1000.0 * best / len(windows)
+    return 1000.0 * seconds_per_window(engine.last_step_pair, windows, starts, repeats)
 
 
 def compare(reference: Engine, candidate: Engine, series: list[np.ndarray], precision: str) -> PrecisionReport:

@@ -1,0 +1,356 @@
+"""Streaming throughput of every scoring engine, one paper-size model, one real series, one run (issue 6).
+
+    flock /tmp/trep-heavy.lock nice -n 5 python bench/throughput.py
+
+Rows: (1) the reference protocol, PyTorch eager, each reading's two windows encoded one at a time (batch 1, the
+baseline); (2) onnxruntime, full graph, all streams and both mask variants in one run per tick; (3) onnxruntime,
+the pruned ``last_step`` graph, same batching; (4) the incremental causal ``step`` engine (runtime/step_engine.py),
+one step per stream per tick, when the causal variant can be exported. Each row is reported for 1, 100 and 1000
+streams as scored readings/s, ms per tick (mean, p99), peak RSS of its own process, per-stream state bytes, its
+ratio to the baseline, and the fraction of this machine's peak FLOP/s (measured here with a large float32 matrix
+product; FLOPs per reading counted from the layer shapes and the positions each engine computes).
+
+The weights are random (seeded): speed does not depend on training. Every stream replays the same real series
+(UCR-anomaly 135, prepared with its own mean/std) from its own offset; a tick gives every stream one new reading.
+Each (engine, streams) case runs in a fresh subprocess, so its peak RSS is its own. The baseline is measured on
+a bounded number of readings; with batch 1 and no state its per-reading cost does not depend on the number of
+streams, so its tick at S streams is S readings one after the other.
+Writes bench/results/throughput.json and bench/results/throughput.png (throughput vs streams).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+SERIES = "UCR_Anomaly/135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
+WINDOW = 201
+PAPER = dict(repr_dims=128, hidden_dims=128, depth=10, time_embedding="time2vec", time_embedding_dims=32)
+PERIOD = 10_000
+ENGINES = ("baseline", "full", "last_step", "step")
+
+
+# -- models ----------------------------------------------------------------------------------------------------------
+def paper_encoder(causal: bool):
+    """The paper-size encoder with seeded random weights; causal uses the bounded dilation schedule (RF ≤ W)."""
+    import torch
+
+    from trep_edge.training.encoder import EncoderConfig, TRepEncoder
+
+    extra = {}
+    if causal:
+        from trep_edge.training.encoder import bounded_dilations
+
+        extra = dict(causal=True, dilations=bounded_dilations(PAPER["depth"] + 1, WINDOW))
+    torch.manual_seed(0)
+    return TRepEncoder(EncoderConfig(input_dims=1, **PAPER, **extra)).eval()
+
+
+def export_models(folder: Path, series: np.ndarray) -> dict[str, str]:
+    """Export the standard model and, when the causal variant exists, the causal one; return their paths."""
+    from trep_edge.runtime.model_card import Scoring
+    from trep_edge.training.export import build_card, export_encoder
+
+    meta = {"channels": ["value"], "normalisation": {"mean": [0.0], "std": [1.0]}, "differencing": 0}
+    out = {}
+    for kind in ("standard", "causal"):
+        try:
+            encoder = paper_encoder(kind == "causal")
+        except (ImportError, TypeError) as exc:  # the causal option is not in this checkout
+            print(f"no causal variant: {exc}", file=sys.stderr)
+            continue
+        card = build_card(f"bench-{kind}", encoder, meta, {"time_index": f"periodic:{PERIOD}"}, WINDOW, Scoring(), 0)
+        path = folder / f"{kind}.onnx"
+        export_encoder(encoder, card, path, [series[:1200]], max_calibration_steps=400)
+        out[kind] = str(path)
+    return out
+
+
+# -- FLOPs -----------------------------------------------------------------------------------------------------------
+def flops_per_window(encoder, positions: list[tuple[int, int, int]], projected: int) -> int:
+    """Multiply-adds × 2 of one window: per block (conv1, conv2, residual) output positions, plus the projection."""
+    total = 2 * projected * encoder.projection.in_features * encoder.projection.out_features
+    for block, (mid, out, res) in zip(encoder.blocks, positions):
+        k = block.conv1.kernel_size[0]
+        total += 2 * mid * k * block.conv1.in_channels * block.conv1.out_channels
+        total += 2 * out * k * block.conv2.in_channels * block.conv2.out_channels
+        if block.residual is not None:
+            total += 2 * res * block.residual.in_channels * block.residual.out_channels
+    return total
+
+
+def flops_per_reading(encoder, engine: str) -> int:
+    """FLOPs one scored reading costs: two windows (unmasked, masked), or two steps for the incremental engine."""
+    from trep_edge.training.pruned_graph import position_plan
+
+    blocks = len(encoder.blocks)
+    if engine in ("baseline", "full"):
+        return 2 * flops_per_window(encoder, [(WINDOW, WINDOW, WINDOW)] * blocks, WINDOW)
+    if engine == "last_step":
+        plans = position_plan(encoder, WINDOW)
+        sizes = [(len(p.middle), len(p.outputs), len(p.outputs)) for p in plans]
+        return 2 * flops_per_window(encoder, sizes, len(plans[0].inputs))
+    return 2 * flops_per_window(encoder, [(1, 1, 1)] * blocks, 1)
+
+
+def peak_gflops(size: int = 2048, repeats: int = 5) -> float:
+    """Best float32 GFLOP/s of a size×size matrix product (numpy's BLAS, all cores)."""
+    rng = np.random.default_rng(0)
+    a, b = rng.random((size, size), dtype=np.float32), rng.random((size, size), dtype=np.float32)
+    a @ b
+    best = min(_timed(lambda: a @ b) for _ in range(repeats))
+    return 2 * size**3 / best / 1e9
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM; unlike ru_maxrss it does not inherit the parent's peak)."""
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+def _timed(fn) -> float:
+    began = time.perf_counter()
+    fn()
+    return time.perf_counter() - began
+
+
+# -- workers (one subprocess per case) ------------------------------------------------------------------------------
+def _stream_windows(series: np.ndarray, streams: int, ticks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per stream its offset into the series; windows for tick k end at offset + W + k."""
+    room = len(series) - WINDOW - ticks - 1
+    offsets = (np.arange(streams) * 37) % room
+    return offsets, np.lib.stride_tricks.sliding_window_view(series, WINDOW, axis=0).transpose(0, 2, 1)
+
+
+def _tick_loop(tick, budget: float, max_ticks: int, min_ticks: int = 3) -> list[float]:
+    """Run ``tick(k)`` once to warm up, then until ``budget`` seconds or ``max_ticks``; return tick seconds."""
+    tick(0)
+    times: list[float] = []
+    began = time.perf_counter()
+    k = 1
+    while k <= max_ticks and (len(times) < min_ticks or time.perf_counter() - began < budget):
+        times.append(_timed(lambda: tick(k)))
+        k += 1
+    return times
+
+
+def worker(case: dict) -> dict:
+    """Measure one (engine, streams) case; called in its own process."""
+    series = np.load(case["series"])
+    streams, engine_name = case["streams"], case["engine"]
+    offsets, windows = _stream_windows(series, streams, case["max_ticks"] + 2)
+    if engine_name == "baseline":
+        times, per_tick_readings, state = _baseline(case, windows, offsets)
+    elif engine_name == "step":
+        times, per_tick_readings, state = _step(case, series, offsets)
+    else:
+        from trep_edge.runtime.engine import load_engine
+
+        engine = load_engine(case["model"], "cpu", engine=engine_name)
+
+        def tick(k: int) -> None:
+            engine.last_step_pair(windows[offsets + k], offsets + k)
+
+        times = _tick_loop(tick, case["budget"], case["max_ticks"])
+        per_tick_readings, state = streams, WINDOW * series.shape[1] * 4
+    t = np.array(times)
+    return {
+        "engine": engine_name,
+        "streams": streams,
+        "ticks_timed": len(times),
+        "readings_per_tick": per_tick_readings,
+        "measured_readings_per_s": per_tick_readings * len(t) / t.sum(),
+        "tick_ms_mean": 1000 * float(t.mean()),
+        "tick_ms_p99": 1000 * float(np.percentile(t, 99)),
+        "peak_rss_mb": peak_rss_mb(),
+        "state_bytes_per_stream": state,
+    }
+
+
+def _baseline(case: dict, windows: np.ndarray, offsets: np.ndarray) -> tuple[list[float], int, int]:
+    """The reference protocol on a bounded number of readings: two batch-1 eager forwards per reading."""
+    import torch
+
+    from trep_edge.runtime.time_index import time_index
+    from trep_edge.training.export import weights_sha256
+
+    encoder = paper_encoder(causal=False)
+    assert weights_sha256(encoder) == case["weights_sha256"], "baseline weights differ from the exported model"
+    keep = torch.ones(1, WINDOW, dtype=torch.bool)
+    masked = keep.clone()
+    masked[0, -1] = False
+    streams = min(case["streams"], case["baseline_readings"])
+
+    @torch.no_grad()
+    def tick(k: int) -> None:
+        for start in offsets[:streams] + k:
+            x = torch.from_numpy(np.ascontiguousarray(windows[start][None]))
+            t = torch.from_numpy(time_index(f"periodic:{PERIOD}", np.array([start]), WINDOW))
+            encoder(x, keep, t)[:, -1]
+            encoder(x, masked, t)[:, -1]
+
+    per_reading = [s / streams for s in _tick_loop(tick, case["budget"], max(2, case["baseline_readings"] // streams))]
+    # Batch 1, no shared work: a tick of S streams is S readings one after the other.
+    return [p * case["streams"] for p in per_reading], case["streams"], WINDOW * 4
+
+
+def _step(case: dict, series: np.ndarray, offsets: np.ndarray) -> tuple[list[float], int, int]:
+    """The incremental engine: state rebuilt from each stream's window, then one step per stream per tick."""
+    from trep_edge.runtime.engine import load_engine
+    from trep_edge.runtime.step_engine import StepEngine, StepGraph
+
+    engine = load_engine(case["model"], "cpu", engine="step")
+    steps = StepEngine(StepGraph(engine.graphs["step"]), engine.card)
+    n = len(offsets)
+    steps.add_streams(n)
+    idx = np.arange(n)
+    history = np.stack([series[o : o + WINDOW] for o in offsets])
+    steps.rebuild(idx, history, offsets + WINDOW - 1)
+
+    def tick(k: int) -> None:
+        at = offsets + WINDOW - 1 + k + 1
+        steps.advance(idx, series[at], at)
+
+    # Tick 0 (warm-up) advances to the step after the window; every later tick is the next step of every stream.
+    calls = iter(range(10**9))
+    return _tick_loop(lambda _k: tick(next(calls)), case["budget"], case["max_ticks"]), n, steps.state_bytes_per_stream
+
+
+# -- the run ---------------------------------------------------------------------------------------------------------
+def run_case(case: dict) -> dict:
+    """Run one case in a fresh interpreter (its own peak RSS)."""
+    done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(case)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=1800)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"case {case['engine']} × {case['streams']} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def machine() -> dict:
+    """What this ran on."""
+    import onnxruntime
+    import torch
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())  # fmt: skip
+    return {"nproc": len(__import__("os").sched_getaffinity(0)), "cpu": cpu, "python": platform.python_version(),
+            "onnxruntime": onnxruntime.__version__, "torch": torch.__version__, "numpy": np.__version__}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--streams", default="1,100,1000", help="stream counts of the table")
+    parser.add_argument("--curve", default="1,10,100,300,1000", help="stream counts of the scaling curve")
+    parser.add_argument("--budget", type=float, default=4.0, help="seconds of timed ticks per case (at least 3)")
+    parser.add_argument("--max-ticks", type=int, default=200, help="most timed ticks per case")
+    parser.add_argument("--baseline-readings", type=int, default=60, help="readings the baseline is timed on")
+    parser.add_argument("--out", default=str(RESULTS / "throughput.json"))
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+    from trep_edge.datasets.paths import data_root
+    from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
+
+    raw = load_ucr_anomaly(data_root() / SERIES).values.astype(np.float32)
+    series = ((raw - raw.mean()) / raw.std()).reshape(-1, 1)
+    began = time.time()
+    peak = peak_gflops()
+    with tempfile.TemporaryDirectory() as tmp:
+        np.save(Path(tmp) / "series.npy", series)
+        models = export_models(Path(tmp), series)
+        standard = paper_encoder(causal=False)
+        from trep_edge.training.export import weights_sha256
+
+        counts = sorted({int(s) for s in args.streams.split(",")} | {int(s) for s in args.curve.split(",")})
+        engines = [e for e in ENGINES if e != "step" or "causal" in models and _has_step(models["causal"])]
+        rows = []
+        for engine in engines:
+            model = models["causal" if engine == "step" else "standard"]
+            flops = flops_per_reading(paper_encoder(engine == "step") if engine == "step" else standard, engine)
+            for streams in counts:
+                if engine == "baseline" and streams not in {int(s) for s in args.streams.split(",")}:
+                    continue
+                case = {"engine": engine, "streams": streams, "model": model, "series": str(Path(tmp) / "series.npy"),
+                        "budget": args.budget, "max_ticks": args.max_ticks, "baseline_readings": args.baseline_readings,
+                        "weights_sha256": weights_sha256(standard)}  # fmt: skip
+                row = run_case(case)
+                row["flops_per_reading"] = flops
+                row["peak_fraction"] = row["measured_readings_per_s"] * flops / (peak * 1e9)
+                rows.append(row)
+                print(_line(row), flush=True)
+    baseline = {r["streams"]: r["measured_readings_per_s"] for r in rows if r["engine"] == "baseline"}
+    base = float(np.median(list(baseline.values())))
+    for r in rows:
+        r["vs_baseline"] = r["measured_readings_per_s"] / base
+    result = {"command": "flock /tmp/trep-heavy.lock nice -n 5 python bench/throughput.py " + " ".join(sys.argv[1:]),
+              "machine": machine(), "peak_gflops": peak, "window": WINDOW, "model": PAPER, "series": SERIES,
+              "baseline_readings_per_s": base, "engines": engines, "rows": rows,
+              "wall_seconds": time.time() - began}  # fmt: skip
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    plot(rows, out.with_suffix(".png"), peak)
+    print(f"peak {peak:.1f} GFLOP/s; baseline {base:.1f} readings/s; wrote {out}")
+    print(markdown_table(rows))
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The rows as the Markdown table of docs/performance.md."""
+    lines = ["| engine | streams | readings/s | × baseline | tick ms mean | tick ms p99 | ticks | peak RSS MB | "
+             "state B/stream | MFLOP/reading | of peak |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['engine']} | {r['streams']} | {r['measured_readings_per_s']:,.1f} | {r['vs_baseline']:,.1f} | "
+                     f"{r['tick_ms_mean']:,.1f} | {r['tick_ms_p99']:,.1f} | {r['ticks_timed']} | {r['peak_rss_mb']:,.0f} | "
+                     f"{r['state_bytes_per_stream']:,} | {r['flops_per_reading'] / 1e6:,.1f} | "
+                     f"{100 * r['peak_fraction']:.1f} % |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _has_step(model: str) -> bool:
+    from trep_edge.runtime.engine import load_engine
+
+    return "step" in load_engine(model, "cpu", engine="full").graphs
+
+
+def _line(row: dict) -> str:
+    return (f"{row['engine']:>9} × {row['streams']:>4}: {row['measured_readings_per_s']:10.1f} readings/s, tick "
+            f"{row['tick_ms_mean']:9.2f} ms (p99 {row['tick_ms_p99']:9.2f}), RSS {row['peak_rss_mb']:7.0f} MB, "
+            f"{row['peak_fraction']:.3f} of peak")  # fmt: skip
+
+
+def plot(rows: list[dict], path: Path, peak: float) -> None:
+    """Throughput vs streams, one line per engine (log-log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for engine in ENGINES:
+        mine = sorted((r["streams"], r["measured_readings_per_s"]) for r in rows if r["engine"] == engine)
+        if mine:
+            ax.plot(*zip(*mine), marker="o", label=engine)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("streams (one reading each per tick)")
+    ax.set_ylabel("scored readings / s")
+    ax.set_title(f"paper-size T-Rep, window {WINDOW}, 2-core CPU (peak {peak:.0f} GFLOP/s)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
