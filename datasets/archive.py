@@ -73,10 +73,12 @@ def _complete_lines(path: Path) -> Iterator[str]:
     yield from text[: end + 1].splitlines()
 
 
-def read_part(path: Path) -> tuple[dict, list[list[str]]]:
-    """One part: (header metadata, CSV rows without the column header)."""
+def read_part(path: Path) -> tuple[dict | None, list[list[str]]]:
+    """One part: (header metadata, CSV rows without the column header); (None, []) for one just being opened."""
     lines = iter(_complete_lines(path))
-    first = next(lines, "")
+    first = next(lines, None)
+    if first is None:
+        return None, []
     prefix = f"# {ARCHIVE_FORMAT} "
     if not first.startswith(prefix):
         raise DataFormatError(path, f"first line is not '{prefix}{{...}}': not a trep-edge archive part", 1)
@@ -129,7 +131,10 @@ def read_archive(
     parts = archive_parts(root)
     if not parts:
         raise DataFormatError(root, "no archive parts (expected DAY/part-NNNN.csv.gz, written with [archive] enabled)")
-    metas, rows_per_part = zip(*(read_part(p) for p in parts))
+    read = [(m, r) for m, r in map(read_part, parts) if m is not None]
+    if not read:
+        raise DataFormatError(root, "no archived reading yet (its only part was just opened)")
+    metas, rows_per_part = zip(*read)
     periods = {float(m["period"]) for m in metas}
     if len(periods) != 1:
         raise DataFormatError(root, f"parts were recorded with different step periods {sorted(periods)}: "
@@ -149,11 +154,6 @@ def read_archive(
     for stream in sorted(readings):
         out.extend(_on_grid(stream, channels, readings[stream], period, (exclude or {}).get(stream, []), max_gap))
     return out
-
-
-def archive_period(root: str | Path) -> float:
-    """The step period (seconds) the newest part was recorded with."""
-    return float(read_part(archive_parts(root)[-1])[0]["period"])
 
 
 def latest_timestamp(series: list[ArchivedSeries]) -> float:

@@ -81,6 +81,7 @@ class _Part:
         self.text.write(header.line())
         self.csv = csv.writer(self.text, lineterminator="\n")
         self.csv.writerow(["stream", "timestamp", *header.channels])
+        self.flush()  # a reader sees a valid part from the start
 
     def write(self, stream: str, timestamp: float, values: dict[str, float]) -> None:
         self.csv.writerow([stream, repr(float(timestamp)), *(_cell(values.get(c, math.nan)) for c in self.header.channels)])

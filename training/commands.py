@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -9,8 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from .config import TrainConfig
+from trep_edge.runtime.preprocess import Normalisation
+
 from .data import load_training_data
-from .trainer import Trainer
+from .trainer import Trainer, read_checkpoint, resolve_checkpoint
 
 # CLI flag -> TrainConfig field, for flags that override the config one to one.
 _OVERRIDES = {
@@ -21,9 +24,13 @@ _OVERRIDES = {
 }  # fmt: skip
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """Defaults, then the TOML file, then explicit flags."""
-    base = TrainConfig.from_toml(args.config).to_dict() if args.config else TrainConfig().to_dict()
+def config_from_args(args: argparse.Namespace, base: dict | None = None) -> TrainConfig:
+    """Defaults (or ``base``, a fine-tuned checkpoint's settings), then the TOML file, then explicit flags."""
+    if base is None:
+        base = TrainConfig.from_toml(args.config).to_dict() if args.config else TrainConfig().to_dict()
+    elif args.config:
+        base = {**base, **TrainConfig.from_toml(args.config).to_dict()}
+    base = dict(base)
     for flag, name in _OVERRIDES.items():
         value = getattr(args, flag, None)
         if value is not None:
@@ -39,10 +46,19 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def train(args: argparse.Namespace) -> int:
-    """``trep-edge train``: pretrain, checkpoint, and print a JSON summary."""
+    """``trep-edge train``: pretrain (or fine-tune, or one rank of a torchrun job), checkpoint, print a JSON summary."""
+    from .distributed import device_for, setup, teardown, world_from_env, wrap
+
+    world = world_from_env()
     channels = args.channels.split(",") if args.channels else None
-    data = load_training_data(args.data, args.data_root, channels, args.rows, args.max_series, args.difference,
-                              args.forward_fill)
+    base = read_checkpoint(resolve_checkpoint(args.init_from)) if args.init_from else None
+    inputs = _inputs_of(base, args, channels)
+    if args.stream:
+        data, source = _streamed(args, inputs, world), None
+    else:
+        data = source = load_training_data(args.data, args.data_root, inputs["channels"], args.rows, args.max_series,
+                                           inputs["difference"], inputs["forward_fill"], args.exclude_alerts,
+                                           inputs["normalisation"])  # fmt: skip
     out = Path(args.out or f"runs/{Path(data.name).name.split('.')[0]}.pt")
     meta = {
         "dataset": data.name,
@@ -53,31 +69,106 @@ def train(args: argparse.Namespace) -> int:
         "data_fingerprint": data.fingerprint,
         # Enough to load the same data again (export calibrates on it by default).
         "data_spec": {"data": args.data, "channels": channels, "rows": args.rows, "max_series": args.max_series,
-                      "difference": data.differencing, "forward_fill": data.forward_fill},
+                      "difference": data.differencing, "forward_fill": data.forward_fill,
+                      "exclude_alerts": args.exclude_alerts},
+        "init_from": args.init_from,
     }
+    shards, rank = (world.size, world.rank) if world else (1, None)
+    if world:
+        args.device = device_for(world, args.device or (base or {}).get("config", {}).get("device", "auto"))
+        setup(world, args.device)
     if args.resume:
-        trainer = Trainer.load(args.resume, device=args.device)
+        trainer = Trainer.load(args.resume, args.device, shards, rank)
         if trainer.meta.get("data_fingerprint") != data.fingerprint:
             raise ValueError(f"{args.resume} was trained on other data ({trainer.meta.get('dataset')}); resume needs the same data")
     else:
-        trainer = Trainer(config_from_args(args), input_dims=len(data.channels), meta=meta)
+        trainer = Trainer(config_from_args(args, base and base["config"]), len(data.channels), meta, shards, rank)
+        if base is not None:
+            trainer.init_from(base, args.init_from)
+    if world:
+        wrap(trainer)
     started = time.perf_counter()
-    records = trainer.fit(data.x, iterations=trainer.cfg.iterations, checkpoint=out, progress=not args.no_progress)
+    progress = not args.no_progress
+    if source is None:
+        iterations = trainer.cfg.iterations or 600
+        records = trainer.fit_stream(data.batches(trainer.cfg), iterations, out, progress)
+    else:
+        records = trainer.fit(source.x, iterations=trainer.cfg.iterations, checkpoint=out, progress=progress)
+    if world:
+        teardown()
+    if not trainer.is_chief:
+        return 0
     summary = {
         "checkpoint": str(out),
         "dataset": data.name,
-        "series": int(data.x.shape[0]),
-        "length": int(data.x.shape[1]),
+        "series": None if source is None else int(source.x.shape[0]),
+        "length": None if source is None else int(source.x.shape[1]),
         "channels": data.channels,
         "steps": trainer.step,
+        "processes": shards,
         "device": str(trainer.device),
         "seconds": round(time.perf_counter() - started, 1),
         "final_losses": records[-1] if records else None,
     }
     if args.evaluate:
-        summary["timedim_accuracy"] = _evaluate_classification(trainer, data)
+        summary["timedim_accuracy"] = _evaluate_classification(trainer, source)
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def _inputs_of(base: dict | None, args: argparse.Namespace, channels: list[str] | None) -> dict:
+    """How to prepare the data: from the flags, or for fine-tuning from the previous model (same input contract)."""
+    if base is None:
+        return {"channels": channels, "difference": args.difference, "forward_fill": args.forward_fill,
+                "normalisation": None}  # fmt: skip
+    meta = base["meta"]
+    if channels and channels != meta["channels"]:
+        raise ValueError(f"--init-from model has channels {meta['channels']}; fine-tuning keeps them (drop --channels)")
+    return {"channels": list(meta["channels"]), "difference": int(meta["differencing"]),
+            "forward_fill": int(meta.get("forward_fill", 0)), "normalisation": Normalisation.from_dict(meta["normalisation"])}  # fmt: skip
+
+
+def _streamed(args: argparse.Namespace, inputs: dict, world) -> "StreamedData":
+    """A PhysioNet tarball as a streaming dataset of this rank's patients (``training/streaming.py``)."""
+    from trep_edge.datasets.paths import resolve
+    from trep_edge.datasets.physionet import VITALS
+
+    path = resolve(args.data, args.data_root)
+    if not path.name.endswith(".tar.gz") or args.rows or args.exclude_alerts:
+        raise ValueError("--stream reads a PhysioNet .tar.gz (without --rows or --exclude-alerts)")
+    if inputs["difference"] == "auto":
+        raise ValueError("--stream needs an explicit --difference N (the ADF test needs the whole corpus in memory)")
+    return StreamedData(path, inputs["channels"] or VITALS, int(inputs["difference"]), inputs["forward_fill"],
+                        inputs["normalisation"], args, world)  # fmt: skip
+
+
+class StreamedData:
+    """What ``train`` needs of a streamed corpus: its name, channels, preprocessing and this rank's batches."""
+
+    def __init__(self, path: Path, channels: list[str], order: int, fill: int, norm: Normalisation | None,
+                 args: argparse.Namespace, world) -> None:  # fmt: skip
+        from .streaming import stream_normalisation
+
+        self.path, self.name, self.channels = path, path.name, list(channels)
+        self.differencing, self.forward_fill, self.args, self.world = order, fill, args, world
+        self.normalisation = norm or stream_normalisation(path, self.channels, fill, order, args.max_series)
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of what defines the stream (file, size, channels, preprocessing): resuming needs the same."""
+        spec = [self.name, self.path.stat().st_size, self.channels, self.differencing, self.forward_fill,
+                self.args.max_series, self.normalisation.to_dict()]  # fmt: skip
+        return hashlib.sha256(json.dumps(spec).encode()).hexdigest()
+
+    def batches(self, cfg: TrainConfig):
+        """Endless batches of this rank's sections through the bounded shuffle buffer."""
+        from .streaming import PatientSections, batches
+
+        rank, size = (self.world.rank, self.world.size) if self.world else (0, 1)
+        dataset = PatientSections(self.path, self.channels, self.normalisation, cfg.max_train_length,
+                                  self.forward_fill, self.differencing, self.args.shuffle_buffer, cfg.seed, rank, size,
+                                  self.args.max_series)  # fmt: skip
+        return batches(dataset, cfg.batch_size)
 
 
 def _evaluate_classification(trainer: Trainer, data) -> float:
@@ -115,8 +206,10 @@ def export(args: argparse.Namespace) -> int:
             spec.update(data=args.calibration_data, rows=args.calibration_rows, max_series=None)
         if not spec.get("data"):
             raise ValueError("the checkpoint does not say what it was trained on: pass --calibration-data or --no-calibration")
+        # The model's own normalisation: calibration data must reach the model exactly as the daemon's will.
         data = load_training_data(spec["data"], args.data_root, spec.get("channels"), spec.get("rows"),
-                                  spec.get("max_series"), spec.get("difference", 0), spec.get("forward_fill", 0))
+                                  spec.get("max_series"), spec.get("difference", 0), spec.get("forward_fill", 0),
+                                  spec.get("exclude_alerts"), Normalisation.from_dict(trainer.meta["normalisation"]))
         if data.channels != card.channels:
             raise ValueError(f"calibration data has channels {data.channels}, the model {card.channels}")
         series = [s for s in map(_trim_padding, data.x) if len(s) > 1]

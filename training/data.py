@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trep_edge.datasets.archive import is_archive, read_alert_ranges, read_archive
 from trep_edge.datasets.paths import resolve
 from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.npy import load_npy
@@ -16,7 +17,8 @@ from trep_edge.datasets.ts_format import load_ts
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
 from trep_edge.runtime.preprocess import Normalisation, difference, fit_normalisation, forward_fill
 
-FORMATS = ".csv (ETT-style), .ts (UEA/UCR), .txt (UCR anomaly), .npy, .tar.gz (PhysioNet 2019 .psv)"
+FORMATS = (".csv (ETT-style), .ts (UEA/UCR), .txt (UCR anomaly), .npy, .tar.gz (PhysioNet 2019 .psv), "
+           "a telemetry archive folder (docs/retraining.md)")
 
 
 @dataclass
@@ -89,29 +91,35 @@ def load_training_data(
     max_series: int | None = None,
     differencing: str | int = 0,
     fill_limit: int = 0,
+    exclude_alerts: str | None = None,
+    normalisation: Normalisation | None = None,
 ) -> TrainingData:
     """Load ``spec`` (a file, or a path under the data folder) as normalised training data.
 
     Each channel's last observation is carried over at most ``fill_limit`` missing steps before differencing
     (the runtime does the same, from the model card). UCR anomaly files train on their normal prefix only; UEA/UCR ``.ts`` files bring their TEST split (when
-    present) normalised with the training statistics; PhysioNet archives yield one series per patient.
+    present) normalised with the training statistics; PhysioNet archives yield one series per patient; a telemetry
+    archive folder one series per stream (and per gap), without the time ranges of the alert messages in
+    ``exclude_alerts`` (a JSONL file or an archive folder). ``normalisation`` reuses given statistics (fine-tuning
+    keeps the previous model's, so its input contract, and the daemon's windows, survive the swap).
     """
     path = resolve(spec, data_root)
     name = path.name
     labels = test_x = test_labels = None
-    if path.is_dir():
-        raise ValueError(f"{path} is a folder: pass one file, e.g. {path}/<name>_TRAIN.ts")
-    if name.endswith(".tar.gz"):
+    if is_archive(path):
+        exclude = read_alert_ranges(exclude_alerts) if exclude_alerts else None
+        found = read_archive(path, channels, exclude=exclude)
+        if not found:
+            raise ValueError(f"{path}: no reading left to train on (every step excluded or missing)")
+        x, names = _pad_stack([s.values for s in found]), found[0].channels
+    elif path.is_dir():
+        raise ValueError(f"{path} is a folder but not a telemetry archive: pass one file, e.g. {path}/<name>_TRAIN.ts")
+    elif exclude_alerts:
+        raise ValueError("--exclude-alerts applies to a telemetry archive folder only")
+    elif name.endswith(".tar.gz"):
         wanted = channels or VITALS
-        series = []
-        for patient in iter_patients(path, limit=max_series):
-            x, _ = _select(patient.values, patient.columns, wanted, path)
-            series.append(x)
-        longest = max(len(s) for s in series)
-        x = np.full((len(series), longest, len(wanted)), np.nan, dtype=np.float32)
-        for i, s in enumerate(series):
-            x[i, : len(s)] = s
-        names = list(wanted)
+        series = [_select(p.values, p.columns, wanted, path)[0] for p in iter_patients(path, limit=max_series)]
+        x, names = _pad_stack(series), list(wanted)
     elif name.endswith(".csv"):
         table = load_csv(path)
         x, names = _select(table.values[None], table.channels, channels, path)
@@ -139,11 +147,19 @@ def load_training_data(
             test_x = np.stack([forward_fill(s, fill_limit)[0] for s in test_x])
     order = adf_order(x) if differencing == "auto" else int(differencing)
     x = difference(x, order)
-    norm = fit_normalisation(x)
+    norm = normalisation or fit_normalisation(x)
     if test_x is not None:
         longest = max(x.shape[1], test_x.shape[1])
         x, test_x = _pad_to(x, longest), norm.apply(difference(_pad_to(test_x, longest), order))
     return TrainingData(norm.apply(x), names, path.name, norm, order, fill_limit, labels, test_x, test_labels)
+
+
+def _pad_stack(series: list[np.ndarray]) -> np.ndarray:
+    """Series ``[T_i, C]`` of different lengths → ``[N, max T_i, C]``, NaN-padded at the end."""
+    x = np.full((len(series), max(len(s) for s in series), series[0].shape[1]), np.nan, dtype=np.float32)
+    for i, s in enumerate(series):
+        x[i, : len(s)] = s
+    return x
 
 
 def _pad_to(x: np.ndarray, length: int) -> np.ndarray:

@@ -6,9 +6,11 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
+from torch import nn
 from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
@@ -52,11 +54,50 @@ def encoder_config(cfg: TrainConfig, input_dims: int) -> EncoderConfig:
     )
 
 
-class Trainer:
-    """Owns the encoder, the pretext heads, the optimiser and every random state, so it can resume exactly."""
+class PretextObjective(nn.Module):
+    """Encoder and pretext heads → the hierarchical loss of a batch of two views (the module DDP wraps)."""
 
-    def __init__(self, cfg: TrainConfig, input_dims: int, meta: dict | None = None) -> None:
+    def __init__(self, encoder: TRepEncoder, heads: PretextHeads, cfg: TrainConfig, device: torch.device,
+                 amp: bool) -> None:  # fmt: skip
+        super().__init__()
+        self.encoder, self.heads, self.cfg, self.device, self.amp = encoder, heads, cfg, device, amp
+
+    def forward(self, view1: tuple, view2: tuple, overlap: int, seed: int) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss and per-task values; ``seed`` seeds the pair sampling of the divergence and forecasting tasks."""
+        with autocast(self.device, self.amp):
+            z1 = self.encoder(*view1)[:, -overlap:]
+            z2 = self.encoder(*view2)[:, :overlap]
+            tau = self.encoder.embed_time(view1[2][:, -overlap:])
+        # The losses run in float32: softmax over dot products overflows float16.
+        return hierarchical_loss(
+            z1.float(),
+            z2.float(),
+            None if tau is None else tau.float(),
+            self.heads,
+            self.cfg.weights,
+            torch.Generator().manual_seed(seed),
+            delta_max=self.cfg.delta_max,
+            max_pairs=self.cfg.max_pairs,
+            detach_targets=self.cfg.detach_targets,
+        )
+
+
+class Trainer:
+    """Owns the encoder, the pretext heads, the optimiser and every random state, so it can resume exactly.
+
+    Data parallelism (``training/distributed.py``): with ``shards = N`` each step draws a global batch of
+    ``N × batch_size`` series and splits it into N shards of ``batch_size``; every shard gets its own contrastive
+    loss (its rows are each other's negatives) and dropout seed. With ``rank = r`` the trainer computes shard r
+    only and DDP averages the gradients over the ranks; with ``rank = None`` it computes every shard and averages
+    the losses: the single-process run with the same gradients. ``shards = 1`` is plain training.
+    """
+
+    def __init__(self, cfg: TrainConfig, input_dims: int, meta: dict | None = None, shards: int = 1,
+                 rank: int | None = None) -> None:  # fmt: skip
+        if shards < 1 or (rank is not None and not 0 <= rank < shards):
+            raise ValueError(f"need shards >= 1 and 0 <= rank < shards, got shards {shards}, rank {rank}")
         self.cfg = cfg
+        self.shards, self.rank = shards, rank
         self.device = select_device(cfg.device)
         self.amp = amp_enabled(self.device, cfg.amp)
         torch.manual_seed(cfg.seed)
@@ -64,6 +105,7 @@ class Trainer:
         self.encoder = TRepEncoder(encoder_config(cfg, input_dims)).to(self.device)
         te_dims = 0 if cfg.time_embedding == "none" else cfg.time_embedding_dims
         self.heads = PretextHeads(cfg.repr_dims, te_dims).to(self.device)
+        self.objective: nn.Module = PretextObjective(self.encoder, self.heads, cfg, self.device, self.amp)
         self.averaged = AveragedModel(self.encoder) if cfg.average_weights else None
         params = list(self.encoder.parameters()) + list(self.heads.parameters())
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -77,9 +119,17 @@ class Trainer:
         self.cursor = 0
         self.history: list[dict[str, float]] = []
 
+    @property
+    def is_chief(self) -> bool:
+        """The process that writes checkpoints and logs (rank 0, or the only one)."""
+        return not self.rank
+
     def _next_rows(self, count: int) -> np.ndarray:
-        """Indices of the next batch: a fresh permutation per epoch, incomplete tail batches dropped."""
-        batch = min(self.cfg.batch_size, count)
+        """Indices of the next (global) batch: a fresh permutation per epoch, incomplete tail batches dropped."""
+        batch = min(self.cfg.batch_size * self.shards, count)
+        if self.shards > 1 and batch % self.shards:
+            raise ValueError(f"{count} training sections cannot fill {self.shards} shards of a batch: use more data "
+                             "or fewer processes")  # fmt: skip
         if self.cursor + batch > len(self.order) or len(self.order) != count:
             self.order = self.rng.permutation(count)
             self.cursor = 0
@@ -93,34 +143,39 @@ class Trainer:
 
     def train_step(self, sections: Sections) -> dict[str, float]:
         """One optimiser step on a random batch; returns the total and per-task losses."""
+        rows = self._next_rows(len(sections.x))
+        return self.train_on(sections.x[rows], sections.start[rows])
+
+    def _shards_of(self, batch: int, local: bool) -> list[tuple[int, slice]]:
+        """(shard id, rows) of the batch this process computes (module docstring of ``Trainer``)."""
+        if self.shards == 1 or local:
+            return [(self.rank or 0, slice(None))]
+        size = batch // self.shards
+        ids = range(self.shards) if self.rank is None else [self.rank]
+        return [(k, slice(k * size, (k + 1) * size)) for k in ids]
+
+    def train_on(self, x: np.ndarray, start: np.ndarray, local: bool = False) -> dict[str, float]:
+        """One optimiser step on the sections ``x [B, L, C]`` starting at ``start [B]``.
+
+        ``x`` is the global batch, or with ``local`` this rank's own batch (a streaming dataset shards series, not
+        batches).
+        """
         self.encoder.train()
         self.heads.train()
-        rows = self._next_rows(len(sections.x))
-        crops = draw_crops(self.rng, len(rows), sections.x.shape[1], self.cfg.temporal_unit)
-        origin = sections.start[rows]
+        rows = np.arange(len(x))
+        crops = draw_crops(self.rng, len(rows), x.shape[1], self.cfg.temporal_unit)
         views = []
         for pos in (crops.pos1, crops.pos2):
-            x = gather(sections.x, rows, pos)
-            t = time_index(self.time_convention, origin + pos[:, 0], pos.shape[1], origin=origin)
-            keep = random_keep_mask(self.rng, x.shape[:2])
-            views.append((self._tensor(x), self._tensor(keep, torch.bool), self._tensor(t)))
-        gen = torch.Generator().manual_seed(int(self.rng.integers(2**62)))
-        with autocast(self.device, self.amp):
-            z1 = self.encoder(*views[0])[:, -crops.overlap :]
-            z2 = self.encoder(*views[1])[:, : crops.overlap]
-            tau = self.encoder.embed_time(views[0][2][:, -crops.overlap :])
-        # The losses run in float32: softmax over dot products overflows float16.
-        loss, parts = hierarchical_loss(
-            z1.float(),
-            z2.float(),
-            None if tau is None else tau.float(),
-            self.heads,
-            self.cfg.weights,
-            gen,
-            delta_max=self.cfg.delta_max,
-            max_pairs=self.cfg.max_pairs,
-            detach_targets=self.cfg.detach_targets,
-        )
+            xv = gather(x, rows, pos)
+            t = time_index(self.time_convention, start + pos[:, 0], pos.shape[1], origin=start)
+            keep = random_keep_mask(self.rng, xv.shape[:2])
+            views.append((self._tensor(xv), self._tensor(keep, torch.bool), self._tensor(t)))
+        seed = int(self.rng.integers(2**62))
+        pieces = self._shards_of(len(x), local)
+        if len(pieces) == 1 and self.shards == 1:
+            loss, parts = self.objective(views[0], views[1], crops.overlap, seed)
+        else:
+            loss, parts = self._sharded_loss(views, crops.overlap, seed, pieces)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss became {float(loss)} at step {self.step}: lower --lr or check the data")
         self.optimizer.zero_grad(set_to_none=True)
@@ -133,6 +188,20 @@ class Trainer:
         record = {"step": self.step, "loss": float(loss.detach()), **parts}
         self.history.append(record)
         return record
+
+    def _sharded_loss(self, views: list[tuple], overlap: int, seed: int,
+                      pieces: list[tuple[int, slice]]) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+        """Mean over shards of each shard's own loss; shard k's dropout is seeded by (step seed, k) on every rank."""
+        dropout_seed = int(self.rng.integers(2**62))
+        devices = [self.device] if self.device.type == "cuda" else []
+        losses, parts = [], []
+        for k, rows in pieces:
+            with torch.random.fork_rng(devices=devices):
+                torch.manual_seed((dropout_seed + k) % 2**63)
+                loss, part = self.objective(*(tuple(a[rows] for a in v) for v in views), overlap, seed)
+            losses.append(loss)
+            parts.append(part)
+        return torch.stack(losses).mean(), {k: float(np.mean([p[k] for p in parts])) for k in parts[0]}
 
     def fit(
         self,
@@ -149,17 +218,39 @@ class Trainer:
             )
         if self.total_steps is None:
             self.total_steps = iterations if iterations is not None else default_iterations(self.cfg, sections)
+        return self._loop(lambda: self.train_step(sections), checkpoint, progress)
+
+    def fit_stream(
+        self,
+        batches: Iterator[tuple[np.ndarray, np.ndarray]],
+        iterations: int,
+        checkpoint: str | Path | None = None,
+        progress: bool = True,
+    ) -> list[dict[str, float]]:
+        """Train on this rank's batches ``(x [B, L, C], start [B])`` of a streaming dataset (``training/streaming.py``).
+
+        Resuming restores weights, optimiser and step, not the stream's position: the stream restarts.
+        """
+        if self.total_steps is None:
+            self.total_steps = iterations
+        return self._loop(lambda: self.train_on(*next(batches), local=True), checkpoint, progress)
+
+    def _loop(self, step: Callable[[], dict[str, float]], checkpoint: str | Path | None,
+              progress: bool) -> list[dict[str, float]]:  # fmt: skip
+        """Steps up to ``total_steps`` with progress, periodic log lines and checkpoints (chief process only)."""
+        progress = progress and self.is_chief
+        checkpoint = checkpoint if self.is_chief else None
         bar = tqdm(total=self.total_steps, initial=self.step, disable=not progress, desc="pretrain", unit="step")
         records = []
         last_log = time.monotonic()
         while self.step < self.total_steps:
-            record = self.train_step(sections)
+            record = step()
             records.append(record)
             bar.update(1)
             losses = {k: f"{v:.3f}" for k, v in record.items() if k != "step"}
             bar.set_postfix(losses)
             # Without a bar (logs, services) a line every 30 s still shows that, and how, training moves.
-            if not progress and time.monotonic() - last_log >= 30:
+            if not progress and self.is_chief and time.monotonic() - last_log >= 30:
                 log.info("step %d/%d %s", self.step, self.total_steps, losses)
                 last_log = time.monotonic()
             every = self.cfg.checkpoint_every
@@ -207,13 +298,13 @@ class Trainer:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: str | Path, device: str | None = None) -> "Trainer":
-        """Restore a trainer from a checkpoint, optionally on another device."""
+    def load(cls, path: str | Path, device: str | None = None, shards: int = 1, rank: int | None = None) -> "Trainer":
+        """Restore a trainer from a checkpoint, optionally on another device (and as one rank of a sharded run)."""
         state = read_checkpoint(path)
         cfg = TrainConfig.from_dict(state["config"])
         if device is not None:
             cfg.device = device
-        trainer = cls(cfg, state["encoder_config"]["input_dims"], state["meta"])
+        trainer = cls(cfg, state["encoder_config"]["input_dims"], state["meta"], shards, rank)
         trainer.encoder.load_state_dict(state["encoder"])
         if trainer.averaged is not None and state["averaged"] is not None:
             trainer.averaged.load_state_dict(state["averaged"])
@@ -231,6 +322,45 @@ class Trainer:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         trainer.history = list(state["history"])
         return trainer
+
+    def init_from(self, state: dict, source: str) -> None:
+        """Fine-tuning: start from a checkpoint's deployed encoder (its weight average when kept) and its heads.
+
+        The optimiser, step count and weight average start afresh; the architecture must be the same.
+        """
+        weights = state["encoder"]
+        if state.get("averaged") is not None:
+            weights = {k[len("module.") :]: v for k, v in state["averaged"].items() if k.startswith("module.")}
+        try:
+            self.encoder.load_state_dict(weights)
+            self.heads.load_state_dict(state["heads"])
+        except RuntimeError as exc:
+            raise ValueError(f"{source} has another architecture than this run ({exc}); fine-tune with its own "
+                             "settings (drop the architecture flags)") from None  # fmt: skip
+
+
+def resolve_checkpoint(model_or_checkpoint: str | Path, weights_sha256: str | None = None) -> Path:
+    """The checkpoint behind a model: the path itself, or for ``M.onnx`` the sibling ``M.pt`` with the same weights.
+
+    An exported model's card records a sha256 of its weights (``weights_sha256`` if already known), so a
+    checkpoint that was retrained since is refused rather than silently used.
+    """
+    path = Path(model_or_checkpoint)
+    if path.suffix != ".onnx" and weights_sha256 is None:
+        return path
+    from trep_edge.runtime.engine import load_engine
+
+    from .export import weights_sha256 as sha_of
+
+    checkpoint = path.with_suffix(".pt")
+    if not checkpoint.is_file():
+        raise FileNotFoundError(f"{path} is an exported model; its checkpoint {checkpoint} (same name, .pt) is "
+                                "needed for its weights: copy it there or pass the checkpoint itself")  # fmt: skip
+    expected = weights_sha256 or load_engine(path, "cpu").card.weights_sha256
+    if sha_of(Trainer.load(checkpoint, device="cpu").inference_encoder()) != expected:
+        raise ValueError(f"{checkpoint} does not hold the weights of {path} (weights_sha256 differs): pass the "
+                         "checkpoint the model was exported from")  # fmt: skip
+    return checkpoint
 
 
 def read_checkpoint(path: str | Path) -> dict:

@@ -19,6 +19,7 @@ HANDLERS = {
     "replay": "trep_edge.runtime.commands:replay",
     "score": "trep_edge.runtime.commands:score",
     "doctor": "trep_edge.runtime.commands:doctor",
+    "promote": "trep_edge.training.promote:promote_command",
     "reshard": "trep_edge.runtime.commands:reshard",
 }
 
@@ -61,6 +62,14 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-every", type=int, help="save a checkpoint every N steps")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--evaluate", action="store_true", help="after training a .ts set with a TEST split, report TimeDim SVM accuracy")
+    p.add_argument("--exclude-alerts", metavar="FILE_OR_DIR", help="telemetry archive: leave out the time ranges of "
+                   "alert episodes, from the archive's own alerts (pass the archive folder) or a JSONL file of alert "
+                   "messages (docs/retraining.md)")
+    p.add_argument("--init-from", metavar="MODEL_OR_CKPT", help="fine-tune: start from this checkpoint's weights (or "
+                   "M.onnx with its checkpoint M.pt beside it), keeping its channels, differencing and normalisation")
+    p.add_argument("--stream", action="store_true", help="PhysioNet .tar.gz: stream patients through a bounded "
+                   "shuffle buffer instead of loading the corpus (memory bounded; docs/training.md)")
+    p.add_argument("--shuffle-buffer", type=int, default=1024, help="--stream: training sections held for shuffling")
 
 
 def _export_parser(sub: argparse._SubParsersAction) -> None:
@@ -189,6 +198,30 @@ def _doctor_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--providers", default="auto", help="providers to request: auto, or a comma list of tensorrt, cuda, cpu")
 
 
+def _promote_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "promote",
+        help="check a retrained model on archived telemetry and install it where the daemon watches",
+        description="Parity check (torch vs onnxruntime, with the checkpoint), threshold calibration on the last "
+        "--days of archived normal telemetry (alert ranges left out), the candidate's alert rate on the last day "
+        "of the archive against the running model's, then an atomic write to --target (the daemon hot-swaps it). "
+        "Prints a JSON report; exit 1 when the candidate is refused (docs/retraining.md).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("candidate", help="exported model (.onnx, its checkpoint beside it as .pt or via --checkpoint)")
+    p.add_argument("--archive", required=True, help="the daemon's telemetry archive folder ([archive] path)")
+    p.add_argument("--target", required=True, help="the model file the daemon runs ([model] path)")
+    p.add_argument("--checkpoint", help="checkpoint the candidate was exported from (default: CANDIDATE.pt)")
+    p.add_argument("--days", type=float, default=7.0, help="calibrate on the archive's last DAYS days")
+    p.add_argument("--calibration-steps", type=int, default=4000, help="at most this many scored steps for calibration")
+    p.add_argument("--max-alert-ratio", type=float, default=2.0, help="refuse when the candidate's alert rate on "
+                   "the last day exceeds this multiple of the running model's ...")
+    p.add_argument("--min-alert-rate", type=float, default=0.001, help="... and this absolute rate (alerts per "
+                   "scored reading)")
+    p.add_argument("--report", help="also write the JSON report to this file")
+    p.add_argument("--dry-run", action="store_true", help="check and report, but do not write --target")
+
+
 def _eval_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval",
@@ -261,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     _replay_parser(sub)
     _score_parser(sub)
     _doctor_parser(sub)
+    _promote_parser(sub)
     _reshard_parser(sub)
     return parser
 
