@@ -33,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, BinaryIO, Callable, Mapping
 
 import numpy as np
 
@@ -122,12 +122,23 @@ def save_checkpoint(path: str | Path, state: Mapping[str, np.ndarray], meta: Map
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = dict(state)
     arrays["daemon/meta"] = np.array(json.dumps({**meta, "format": CHECKPOINT_FORMAT}))
+    write_atomically(path, lambda fh: np.savez(fh, **arrays))
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], Any], mode: int | None = None) -> None:
+    """Write a file through ``write(fh)``: temp file in its folder, fsync, rename, fsync the folder.
+
+    A crash at any moment leaves either the old file or the new one, never a torn file. ``mode``: permissions
+    of the new file (mkstemp creates 0600).
+    """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

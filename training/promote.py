@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from trep_edge.datasets.archive import ArchivedSeries, latest_timestamp, read_alert_ranges, read_archive
+from trep_edge.runtime.daemon import write_atomically
 from trep_edge.runtime.engine import Engine, load_engine
 from trep_edge.runtime.model_card import sidecar_path
 from trep_edge.runtime.offline import prepare, raw_scores
@@ -125,40 +125,32 @@ def promote(
                                  {"max_abs_diff": parity.max_abs_diff, "cases": parity.cases,
                                   "alerts_identical": parity.alerts_identical, "ok": parity.ok},
                                  card.calibration.to_dict(), cand_rate, run_rate)  # fmt: skip
-        if not parity.ok:
-            report.refused.append(f"parity: max |torch - onnxruntime| {parity.max_abs_diff:.2e} (limit 1e-4) or "
-                                  "different alerts")  # fmt: skip
-        if run_rate is not None and cand_rate.rate > max(max_ratio * run_rate.rate, min_rate):
-            report.refused.append(f"alert rate on the last day {cand_rate.rate:.4f} > {max_ratio:g} x the running "
-                                  f"model's {run_rate.rate:.4f} (and > {min_rate:g})")  # fmt: skip
+        report.refused = refusals(parity.ok, parity.max_abs_diff, cand_rate, run_rate, max_ratio, min_rate)
         if not report.refused and not dry_run:
             install(staged, target)
             report.installed = True
     return report
 
 
+def refusals(parity_ok: bool, max_abs_diff: float, candidate: AlertRate, running: AlertRate | None,
+             max_ratio: float, min_rate: float) -> list[str]:  # fmt: skip
+    """Why a candidate must not be installed (empty: it may): parity, then its alert rate against the running one."""
+    reasons = []
+    if not parity_ok:
+        reasons.append(f"parity: max |torch - onnxruntime| {max_abs_diff:.2e} (limit 1e-4) or different alerts")
+    if running is not None and candidate.rate > max(max_ratio * running.rate, min_rate):
+        reasons.append(f"alert rate on the last day {candidate.rate:.4f} > {max_ratio:g} x the running model's "
+                       f"{running.rate:.4f} (and > {min_rate:g})")  # fmt: skip
+    return reasons
+
+
 def install(staged: Path, target: Path) -> None:
-    """Put the card, then the model, in place: temp file in the target's folder, fsync, rename, fsync the folder.
+    """Put the card, then the model, in place, each atomically and durably (``daemon.write_atomically``).
 
     The daemon watches the model file, so the card beside it is already the new one when the change is seen.
     """
     for source, dest in ((sidecar_path(staged), sidecar_path(target)), (staged, target)):
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{dest.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(source.read_bytes())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)  # read by the daemon's service user
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    folder = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+        write_atomically(dest, lambda fh: fh.write(source.read_bytes()), mode=0o644)  # the daemon's user reads it
 
 
 def promote_command(args) -> int:

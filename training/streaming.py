@@ -32,6 +32,9 @@ def _raw_series(tar_path: Path, channels: list[str], fill_limit: int, order: int
         if missing:
             raise ValueError(f"{tar_path}: channel(s) {missing} not present; available: {patient.columns}")
         x = patient.values[:, [patient.columns.index(c) for c in channels]]
+        # As in the in-memory loader, where trailing hours without any of the channels look like padding.
+        observed = np.flatnonzero(~np.isnan(x).all(axis=1))
+        x = x[: observed[-1] + 1 if len(observed) else 0]
         if fill_limit:
             x = forward_fill(x, fill_limit)[0]
         yield difference(x, order)

@@ -143,3 +143,14 @@ def test_bad_archive_settings_and_folders_are_named():
         ArchiveConfig(queue_size=0)
     with pytest.raises(DataFormatError, match="no archive parts"):
         read_archive("/nonexistent-archive")
+
+
+def test_excluded_alert_ranges_become_missing_steps(tmp_path):
+    clock = Clock(2000.0)
+    rec, _ = _recorder(tmp_path, clock)
+    rec.start(HEADER)
+    for i in range(10):
+        rec.record("s", 2000.0 + i, {"HR": float(i), "SpO2": 97.0})
+    rec.close()
+    (series,) = read_archive(tmp_path / "archive", exclude={"s": [(2003.0, 2005.0)], "other": [(0, 1e10)]})
+    assert np.isnan(series.values[3:6]).all() and not np.isnan(series.values[[2, 6]]).any()
