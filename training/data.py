@@ -142,9 +142,9 @@ def load_training_data(
         x = x[:max_series]
     x = _rows(x, rows)
     if fill_limit:
-        x = np.stack([forward_fill(s, fill_limit)[0] for s in x])
+        x = np.stack([_fill_observed(s, fill_limit) for s in x])
         if test_x is not None:
-            test_x = np.stack([forward_fill(s, fill_limit)[0] for s in test_x])
+            test_x = np.stack([_fill_observed(s, fill_limit) for s in test_x])
     order = adf_order(x) if differencing == "auto" else int(differencing)
     x = difference(x, order)
     norm = normalisation or fit_normalisation(x)
@@ -152,6 +152,17 @@ def load_training_data(
         longest = max(x.shape[1], test_x.shape[1])
         x, test_x = _pad_to(x, longest), norm.apply(difference(_pad_to(test_x, longest), order))
     return TrainingData(norm.apply(x), names, path.name, norm, order, fill_limit, labels, test_x, test_labels)
+
+
+def _fill_observed(series: np.ndarray, limit: int) -> np.ndarray:
+    """Bounded forward fill of ``[T, C]`` that leaves the NaN padding after the last observed step alone.
+
+    Filling into the padding of a shorter series would invent readings after its end (a patient's discharge).
+    """
+    filled = forward_fill(series, limit)[0]
+    observed = np.flatnonzero(~np.isnan(series).all(axis=1))
+    filled[observed[-1] + 1 if len(observed) else 0 :] = np.nan
+    return filled
 
 
 def _pad_stack(series: list[np.ndarray]) -> np.ndarray:
