@@ -211,7 +211,7 @@ def _promote_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("candidate", help="exported model (.onnx, its checkpoint beside it as .pt or via --checkpoint)")
     p.add_argument("--archive", required=True, help="the daemon's telemetry archive folder ([archive] path)")
     p.add_argument("--target", required=True, help="the model file the daemon runs ([model] path)")
-    p.add_argument("--checkpoint", help="checkpoint the candidate was exported from (default: CANDIDATE.pt)")
+    p.add_argument("--checkpoint", help="checkpoint the candidate was exported from (None: CANDIDATE.pt beside it)")
     p.add_argument("--days", type=float, default=7.0, help="calibrate on the archive's last DAYS days")
     p.add_argument("--calibration-steps", type=int, default=4000, help="at most this many scored steps for calibration")
     p.add_argument("--max-alert-ratio", type=float, default=2.0, help="refuse when the candidate's alert rate on "

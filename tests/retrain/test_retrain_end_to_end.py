@@ -33,7 +33,7 @@ def test_archive_retrain_promote_hot_swap_without_dropping_a_reading(tmp_path, b
                                                                       ucr_series):  # fmt: skip
     data = data_root() / "UCR_Anomaly/135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
     model, ckpt = tmp_path / "models" / "current.onnx", tmp_path / "models" / "current.pt"
-    _json_of(capsys, ["train", str(data), "--iterations", "30", *TINY, "--out", str(ckpt), "--no-progress"])
+    _json_of(capsys, ["train", str(data), "--iterations", "15", *TINY, "--out", str(ckpt), "--no-progress"])
     _json_of(capsys, ["export", str(ckpt), "--out", str(model), "--window", "64", "--calibration-steps", "1000"])
     sha_before = file_sha256(model)
 
@@ -68,7 +68,7 @@ def test_archive_retrain_promote_hot_swap_without_dropping_a_reading(tmp_path, b
 
         # The rest of the series streams while the candidate is promoted and swapped in.
         rest = threading.Thread(target=replay, args=([series], publisher, TOPIC),
-                                kwargs={"rate": 400, "t0": t0, "start": SWITCH})  # fmt: skip
+                                kwargs={"rate": 250, "t0": t0, "start": SWITCH})  # fmt: skip
         rest.start()
         report = _json_of(capsys, ["promote", str(candidate), "--archive", str(archive), "--target", str(model),
                                    "--calibration-steps", "1000", "--max-alert-ratio", "10", "--min-alert-rate", "0.01"])
