@@ -27,6 +27,7 @@ from trep_edge.runtime.time_index import parse_time_index, time_index
 
 from .encoder import TRepEncoder
 from .pruned_graph import last_step_graph
+from .step_graph import step_graph
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def export_graph(encoder: TRepEncoder, path: Path, opset: int = OPSET) -> None:
 
 
 GraphBuilder = Callable[[TRepEncoder, int], "bytes | None"]
-GRAPH_BUILDERS: dict[str, GraphBuilder] = {"last_step": last_step_graph}
+GRAPH_BUILDERS: dict[str, GraphBuilder] = {"last_step": last_step_graph, "step": step_graph}
 """Extra graphs embedded in every exported model: name → builder(encoder, window) returning ONNX bytes, or None
 when the graph does not apply to this encoder. Register a new variant here with one line."""
 
@@ -247,6 +248,26 @@ def build_card(
         versions={"trep_edge": __version__, "torch": torch.__version__, "onnx": onnx.__version__, "opset": OPSET},
         weights_sha256=weights_sha256(encoder),
     )
+
+
+def embed_graphs(model_path: Path, encoder: TRepEncoder) -> ModelCard:
+    """Add every registered extra graph to an already exported model of ``encoder``'s weights, card otherwise kept.
+
+    For models exported before extra graphs existed: the full graph, calibration and scoring stay as they are.
+    """
+    model = onnx.load(str(model_path))
+    text = next((p.value for p in model.metadata_props if p.key == METADATA_KEY), None)
+    if text is None:
+        raise ValueError(f"{model_path} has no model card: export it with `trep-edge export` instead")
+    card = ModelCard.from_json(text, source=f"{model_path} card")
+    if card.precision != "fp32":
+        raise ValueError(f"{model_path} is a {card.precision} variant; variants carry only the full graph")
+    if weights_sha256(encoder) != card.weights_sha256:
+        raise ValueError(f"the encoder's weights are not those of {model_path} (weights_sha256 differs)")
+    graphs = build_graphs(encoder, card.window)
+    card.graphs = {name: graph_entry(blob, card.window) for name, blob in graphs.items()}
+    write_card(model_path, card, graphs)
+    return card
 
 
 def export_encoder(

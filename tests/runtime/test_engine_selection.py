@@ -15,7 +15,7 @@ import pytest
 
 from trep_edge.runtime.config import ConfigError, load_config
 from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, sidecar_path
+from trep_edge.runtime.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, Scoring, sidecar_path
 from trep_edge.runtime.offline import prepare, sliding_windows
 
 from broker import Collector, broker, daemon_tables, daemons  # noqa: F401 - fixtures
@@ -87,15 +87,26 @@ def test_forcing_an_engine_the_model_lacks_is_refused_with_what_to_do(univariate
         load_engine(univariate_model, "cpu", engine="fast")
 
 
-def test_a_model_exported_before_graphs_loads_on_the_full_graph():
-    if not SHIPPED.is_file():
-        pytest.skip("shipped model not present")
-    engine = load_engine(SHIPPED, "cpu")
+def test_a_model_exported_before_graphs_loads_on_the_full_graph(univariate_model, tmp_path):
+    from trep_edge.training.export import write_card
+
+    model = _copy_model(univariate_model, tmp_path)
+    card = load_engine(model, "cpu", engine="full").card
+    write_card(model, replace(card, graphs={}))
+    # What an older export wrote: the card alone in the metadata, no "graphs" key in its text.
+    assert {p.key for p in onnx.load(str(model)).metadata_props} == {METADATA_KEY}
+    assert "graphs" not in json.loads(sidecar_path(model).read_text())
+    engine = load_engine(model, "cpu")
     assert engine.card.graphs == {} and engine.graphs == {}
     assert engine.selected == "full" and "no extra graphs" in engine.selection_reason
-    assert "graphs" not in json.loads(engine.card.to_json())
     with pytest.raises(ValueError, match="no 'last_step' graph .*it has: none"):
-        load_engine(SHIPPED, "cpu", engine="last_step")
+        load_engine(model, "cpu", engine="last_step")
+
+
+def test_the_shipped_model_carries_an_exact_last_step_graph():
+    engine = load_engine(SHIPPED, "cpu")
+    assert engine.card.graphs["last_step"]["window"] == engine.card.window
+    assert engine.candidates["last_step"].startswith("exact")
 
 
 def test_a_graph_that_is_not_exact_is_refused_and_the_full_graph_used(univariate_model, wrong_graph, tmp_path, caplog):
@@ -123,7 +134,7 @@ def test_a_graph_whose_bytes_differ_from_the_card_is_not_loaded(univariate_model
     assert engine.candidates["last_step"] == "refused: its bytes do not match the sha256 in the card"
 
 
-def test_rewriting_a_card_keeps_its_graphs_and_drops_unlisted_ones(univariate_model, tmp_path):
+def test_rewriting_a_card_keeps_its_graphs(univariate_model, tmp_path):
     from trep_edge.training.export import write_card
 
     model = _copy_model(univariate_model, tmp_path)
@@ -131,10 +142,26 @@ def test_rewriting_a_card_keeps_its_graphs_and_drops_unlisted_ones(univariate_mo
     write_card(model, replace(card, name="renamed"))
     kept = load_engine(model, "cpu", engine="last_step")
     assert kept.card.name == "renamed" and kept.card.graphs == card.graphs
-    write_card(model, replace(card, graphs={}))
-    keys = {p.key for p in onnx.load(str(model)).metadata_props}
-    assert keys == {METADATA_KEY}
-    assert load_engine(model, "cpu").selected == "full"
+
+
+def test_graphs_are_added_to_an_older_export_of_the_same_weights(tmp_path):
+    from trep_edge.training.encoder import EncoderConfig, TRepEncoder
+    from trep_edge.training.export import build_card, embed_graphs, export_graph, write_card
+
+    encoder = TRepEncoder(EncoderConfig(input_dims=1, repr_dims=4, hidden_dims=6, depth=2, time_embedding_dims=4))
+    meta = {"channels": ["v"], "normalisation": {"mean": [0.0], "std": [1.0]}, "differencing": 0}
+    card = build_card("old", encoder, meta, {"time_index": "relative"}, 20, Scoring(), 0)
+    model = tmp_path / "old.onnx"
+    export_graph(encoder, model)
+    write_card(model, card)
+    assert load_engine(model, "cpu").graphs == {}
+    embed_graphs(model, encoder)
+    engine = load_engine(model, "cpu", engine="last_step")
+    assert engine.card.calibration == card.calibration and engine.card.weights_sha256 == card.weights_sha256
+    assert engine.candidates["last_step"].startswith("exact")
+    with pytest.raises(ValueError, match="weights_sha256 differs"):
+        embed_graphs(model, TRepEncoder(EncoderConfig(input_dims=1, repr_dims=4, hidden_dims=6, depth=2,
+                                                      time_embedding_dims=4)))  # fmt: skip
 
 
 def test_precision_variants_carry_only_the_full_graph(univariate_model, ucr_series, tmp_path):
