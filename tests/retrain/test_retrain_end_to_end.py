@@ -11,7 +11,7 @@ from broker import broker, collectors, daemon_tables, daemons  # noqa: F401 - fi
 
 from trep_edge.cli import main as cli
 from trep_edge.datasets.paths import data_root
-from trep_edge.datasets.archive import archive_parts, read_archive
+from trep_edge.datasets.archive import archive_parts, read_archive, read_part
 from trep_edge.runtime.engine import file_sha256
 from trep_edge.runtime.replay import Publisher, load_series, replay
 
@@ -91,6 +91,10 @@ def test_archive_retrain_promote_hot_swap_without_dropping_a_reading(tmp_path, b
     assert metrics.get("trep_edge_dropped_total", 0) == 0 and metrics.get("trep_edge_archive_dropped_total", 0) == 0
     assert metrics['trep_edge_model_reloads_total{result="ok"}'] == 1
     assert metrics.get('trep_edge_monitor_events_total{event="discarded"}', 0) == 0
+    # The archive kept recording across the swap; parts written since name the new model.
+    out.wait_for(lambda c: daemon.metrics().get("trep_edge_archived_total") == n, timeout=10, what="all archived")
+    newest = read_part(archive_parts(archive)[-1])[0]
+    assert newest["model_sha256"] == report["sha256"] and newest["channels"] == ["value"]
     late = collectors(broker.port, [status_topic])  # a dashboard connecting now gets the retained status
     status = late.wait_for(lambda c: c.select(status_topic), what="the retained status")[-1]
     assert status.retain and status.json()["model_sha256"] == report["sha256"] and status.json()["model_error"] is None
