@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -63,12 +64,7 @@ def metrics(port: int) -> dict[str, float]:
     """The daemon's Prometheus samples (name with labels -> value)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         body = r.read().decode()
-    out = {}
-    for line in body.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
+    return {key: float(value) for key, value in re.findall(r"^([^#\s]\S*) (\S+)$", body, re.M)}
 
 
 def rss_and_cpu(pid: int) -> tuple[float, float]:
