@@ -2,7 +2,9 @@
 
 ``ingest`` files a reading into its stream's window (``windows.WindowStore``); ``tick`` finalises the ready steps
 of all streams, scores every complete one in a single ``Engine.last_step_pair`` call (a stream with several new
-steps gets one window per step), then advances ``scoring.StreamScorer`` (adjusted score, threshold, the paper's
+steps gets one window per step) — or, when the engine selection chose the incremental ``step`` engine of a causal
+model, advances each stream's ``step_engine.StepEngine`` state by every finalised step, one onnxruntime call per
+round — then advances ``scoring.StreamScorer`` (adjusted score, threshold, the paper's
 detector) and ``alerts.AlertTracker`` (episodes to publish) once per step, vectorised across streams. A complete
 recorded series fed through it gives the scores of ``offline.raw_scores`` + ``scoring.score_series``.
 
@@ -20,6 +22,11 @@ Policies:
 - **Resets** (a gap longer than ``max_gap``, a re-anchored clock, ``reset_stream``): the window, differencing
   memory, score history, online threshold statistics and detector restart. The alert tracker is kept: episode
   numbers keep counting (alert ids stay unique) and an open episode stays open until post-warm-up scores clear it.
+- **Step engine state.** Every finalised step (readings, gap fills, incomplete steps) advances its stream's
+  state in order; only complete steps are scored. A stream whose state is missing or stale (new, reset, restored
+  from an older checkpoint, other weights) is rebuilt from its stored window before its next step — an empty
+  window for a new or reset stream — which gives the windowed engine's scores exactly (receptive field ≤ window).
+  The state is saved in ``state_dict`` so a restart resumes without rebuilding.
 - **Model swap.** Same file (sha256) and card: everything is kept. Same inputs (channels, window, differencing,
   normalisation) but other weights: windows are kept, the score state restarts (raw scores of two models are on
   different scales, and must not share one adjusted-score history) with the new card's calibration. Other inputs:
@@ -40,6 +47,7 @@ from .alerts import AlertConfig, AlertEvent, AlertTracker
 from .engine import Engine
 from .payloads import Reading
 from .scoring import DEFAULT_MIN_COUNT, StreamScorer, raw_score
+from .step_engine import StepEngine, StepGraph
 from .windows import StepBatch, WindowConfig, WindowStore, contract_differences, input_contract
 
 log = logging.getLogger(__name__)
@@ -114,6 +122,7 @@ class Monitor:
         self._tracker = AlertTracker(alerts)
         self._scored = np.zeros(0, dtype=np.int64)  # finite raw scores since each stream's last reset
         self._counters = dict.fromkeys(MONITOR_COUNTERS, 0)
+        self._steps = self._new_step_engine(engine)
 
     @property
     def warmup(self) -> int:
@@ -130,12 +139,22 @@ class Monitor:
         s = card.scoring
         return StreamScorer(s.z, s.beta, s.delay, card.calibration, self.min_count, n_streams=n_streams)
 
+    def _new_step_engine(self, engine: Engine) -> StepEngine | None:
+        """Per-stream state for the ``step`` engine when the selection chose it, else None (windowed scoring)."""
+        if engine.selected != "step":
+            return None
+        steps = StepEngine(StepGraph(engine.graphs["step"]), engine.card)
+        steps.add_streams(self._store.n_streams)
+        return steps
+
     def _grow_to_store(self) -> None:
         added = self._store.n_streams - self._scorer.n_streams
         if added:
             self._scorer.add_streams(added)
             self._tracker.add_streams(added)
             self._scored = np.concatenate([self._scored, np.zeros(added, dtype=np.int64)])
+            if self._steps is not None:
+                self._steps.add_streams(added)
 
     # readings in
 
@@ -150,12 +169,27 @@ class Monitor:
         return kind
 
     def tick(self, now: float) -> TickResult:
-        """Score every ready step of every stream with one engine call; return scores and alert changes."""
+        """Score every ready step of every stream (one engine call, or one per round with the step engine)."""
+        seconds = 0.0
+        if self._steps is not None:
+            started = time.perf_counter()
+            self._refresh_steps()
+            seconds = time.perf_counter() - started
         batch = self._store.collect(now)
         self._counters["ticks"] += 1
+        order = np.argsort(batch.round, kind="stable")
+        rounds = np.split(order, np.flatnonzero(np.diff(batch.round[order])) + 1) if len(batch) else []
         raw = np.full(len(batch), np.nan)
-        rows_sent, seconds = 0, 0.0
-        if batch.windows.shape[0]:
+        rows_sent = 0
+        if self._steps is not None:
+            started = time.perf_counter()
+            for rows in rounds:
+                raw[rows] = self._advance_steps(batch, rows)
+            seconds += time.perf_counter() - started
+            rows_sent = 2 * len(batch)
+            self._counters["engine_calls"] += len(rounds)
+            self._counters["engine_rows"] += rows_sent
+        elif batch.windows.shape[0]:
             started = time.perf_counter()
             z_unmasked, z_masked = self.engine.last_step_pair(batch.windows, batch.starts)
             seconds = time.perf_counter() - started
@@ -165,12 +199,33 @@ class Monitor:
             self._counters["engine_rows"] += rows_sent
         scored: list[ScoredReading] = []
         alerts: list[AlertOut] = []
-        order = np.argsort(batch.round, kind="stable")
-        rounds = np.split(order, np.flatnonzero(np.diff(batch.round[order])) + 1) if len(batch) else []
         # One round = at most one step per stream; a stream's later steps need the state its earlier ones left.
         for rows in rounds:
             self._step_round(batch, rows, raw[rows], scored, alerts)
         return TickResult(scored, alerts, rows_sent, seconds)
+
+    def _refresh_steps(self) -> None:
+        """Rebuild the step state of live streams whose state is stale from their stored windows."""
+        assert self._steps is not None
+        stale = np.flatnonzero(~self._steps.valid)
+        if stale.size:
+            windows, ends, live = self._store.histories(stale)
+            self._steps.rebuild(stale[live], windows[live], ends[live])
+
+    def _advance_steps(self, batch: StepBatch, rows: np.ndarray) -> np.ndarray:
+        """Advance one round (at most one row per stream) through the step engine; raw scores of its rows."""
+        assert self._steps is not None
+        idx, steps = batch.stream_idx[rows], batch.step[rows]
+        # A new or reset stream (or a state that does not end just before this step) starts from an empty window.
+        fresh = batch.reset[rows] | ~self._steps.valid[idx] | (self._steps.last_step[idx] != steps - 1)
+        if fresh.any():
+            empty = np.full((int(fresh.sum()), self._store.window - 1, len(self._store.channels)), np.nan, np.float32)
+            self._steps.rebuild(idx[fresh], empty, steps[fresh] - 1)
+        z_unmasked, z_masked = self._steps.advance(idx, batch.prepared[rows], steps)
+        raw = np.full(len(rows), np.nan)
+        complete = batch.complete[rows]
+        raw[complete] = raw_score(z_unmasked[complete], z_masked[complete])
+        return raw
 
     def _step_round(
         self, batch: StepBatch, rows: np.ndarray, raw: np.ndarray, scored: list[ScoredReading], alerts: list[AlertOut]
@@ -249,6 +304,8 @@ class Monitor:
             self._counters["alerts_cleared"] += 1
         idx = np.array([i])
         self._store.remove_stream(i)
+        if self._steps is not None:
+            self._steps.remove_streams(idx)
         self._scorer.remove_streams(idx)
         self._tracker.remove_streams(idx)
         self._scored = np.delete(self._scored, idx)
@@ -279,6 +336,9 @@ class Monitor:
         if not same_model:
             self._scorer = self._new_scorer(n)
             self._scored[:] = 0
+        if not (same_model and self._steps is not None and engine.selected == "step"):
+            # Other weights (or engine): the state is rebuilt from the kept windows before the next step.
+            self._steps = self._new_step_engine(engine)
         self._counters["model_swaps"] += 1
 
     # status
@@ -304,7 +364,10 @@ class Monitor:
                   "card": self.engine.card.to_json(), "alerts": asdict(self.alert_config),
                   "counters": self._counters}  # fmt: skip
         state = {"monitor/config": np.array(json.dumps(config)), "monitor/scored": self._scored.copy()}
-        for prefix, part in (("windows", self._store), ("scorer", self._scorer), ("tracker", self._tracker)):
+        parts = [("windows", self._store), ("scorer", self._scorer), ("tracker", self._tracker)]
+        if self._steps is not None:
+            parts.append(("steps", self._steps))
+        for prefix, part in parts:
             state.update({f"{prefix}/{k}": v for k, v in part.state_dict().items()})
         return state
 
@@ -336,9 +399,12 @@ class Monitor:
         if scored.shape != (n,) or monitor._tracker.n_streams != n:
             raise ValueError(f"monitor state is inconsistent: {n} streams, scores for {scored.shape}, "
                              f"{monitor._tracker.n_streams} alert rows")  # fmt: skip
+        monitor._steps = monitor._new_step_engine(engine)
         if config["sha256"] == engine.sha256 and config["card"] == engine.card.to_json():
             monitor._scorer = StreamScorer.from_state(part("scorer"))
             monitor._scored = scored.copy()
+            if monitor._steps is not None:
+                monitor._steps.load_state(part("steps"), n)
         else:
             log.info("resuming with another model (%s): kept the windows of %d streams; scores restart",
                      engine.card.name, n)  # fmt: skip

@@ -115,6 +115,7 @@ class StepBatch:
     reset: np.ndarray  # [N] bool, the stream was reset just before this step
     round: np.ndarray  # [N] int64, the row's position among its stream's rows in this batch
     complete: np.ndarray  # [N] bool, a reading whose prepared step has every channel
+    prepared: np.ndarray  # [N, C] float32, each row's prepared (model input) values, NaN = missing
     windows: np.ndarray  # [R, W, C] float32, the window ending at each complete row
     starts: np.ndarray  # [R] int64, absolute step index of each window's first step
 
@@ -221,6 +222,12 @@ class WindowStore:
     def window_of(self, i: int) -> np.ndarray:
         """A copy of stream ``i``'s current prepared window ``[W, C]`` (oldest step first)."""
         return self._buf[i].copy()
+
+    def histories(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Streams' current windows ``[S, W, C]``, the step each ends at, and whether it holds a live stream
+        (started and not waiting for a reset; otherwise the next step starts from an empty window)."""
+        live = self._started[idx] & ~self._needs_reset[idx]
+        return self._buf[idx].copy(), self._last[idx].copy(), live
 
     def pending_steps(self, i: int) -> list[int]:
         """Steps of stream ``i`` received but not finalised yet, in time order."""
@@ -399,6 +406,7 @@ class WindowStore:
             reset=np.array(rows["reset"], dtype=bool),
             round=np.array(rows["round"], dtype=np.int64),
             complete=complete,
+            prepared=prepared,
             windows=windows,
             starts=step[complete] - (w - 1),
         )
@@ -432,7 +440,8 @@ class WindowStore:
         c, w = len(self.channels), self.window
         none = np.zeros(0, dtype=np.int64)
         return StepBatch(none, none, np.zeros(0), np.zeros((0, c)), none.astype(bool), none.astype(bool), none,
-                         none.astype(bool), np.zeros((0, w, c), dtype=np.float32), none)  # fmt: skip
+                         none.astype(bool), np.zeros((0, c), dtype=np.float32), np.zeros((0, w, c), dtype=np.float32),
+                         none)  # fmt: skip
 
     # state
 

@@ -14,7 +14,7 @@ TINY = dict(repr_dims=16, hidden_dims=24, depth=3, time_embedding_dims=8, batch_
 UCR_135 = "UCR_Anomaly/135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
 
 
-def _export_tiny(x: np.ndarray, channels: list[str], out: Path, window: int, iterations: int) -> Path:
+def _export_tiny(x: np.ndarray, channels: list[str], out: Path, window: int, iterations: int, **config) -> Path:
     from trep_edge.runtime.preprocess import fit_normalisation
     from trep_edge.training.config import TrainConfig
     from trep_edge.training.export import build_card, export_encoder
@@ -23,7 +23,7 @@ def _export_tiny(x: np.ndarray, channels: list[str], out: Path, window: int, ite
     norm = fit_normalisation(x)
     prepared = norm.apply(x)
     meta = {"dataset": out.stem, "channels": channels, "normalisation": norm.to_dict(), "differencing": 0}
-    trainer = Trainer(TrainConfig(**TINY, seed=0), input_dims=len(channels), meta=meta)
+    trainer = Trainer(TrainConfig(**{**TINY, "seed": 0, **config}), input_dims=len(channels), meta=meta)
     trainer.fit(prepared, iterations=iterations, progress=False)
     encoder = trainer.inference_encoder()
     card = build_card(out.stem, encoder, meta, trainer.cfg.to_dict(), window, Scoring(), trainer.step)
@@ -66,3 +66,23 @@ def vitals_model(tmp_path_factory) -> Path:
 def univariate_engine(univariate_model) -> Engine:
     """The univariate model loaded on CPU."""
     return load_engine(univariate_model, "cpu")
+
+
+def _causal_tiny(tmp_path_factory, ucr_series, seed: int, iterations: int) -> Path:
+    x = ucr_series.values[: ucr_series.train_end].reshape(1, -1, 1)
+    out = tmp_path_factory.mktemp("models") / f"ucr135-causal-{seed}.onnx"
+    return _export_tiny(x, ["value"], out, window=64, iterations=iterations, causal=True, time_index="periodic:100",
+                        max_receptive_field=64, seed=seed)
+
+
+@pytest.fixture(scope="session")
+def causal_model(tmp_path_factory, ucr_series) -> Path:
+    """A tiny causal univariate model (window 64, receptive field 61, periodic:100) on UCR series 135's normal part;
+    its file carries the incremental ``step`` graph (docs/causal.md)."""
+    return _causal_tiny(tmp_path_factory, ucr_series, seed=0, iterations=10)
+
+
+@pytest.fixture(scope="session")
+def causal_model_other(tmp_path_factory, ucr_series) -> Path:
+    """Same inputs as ``causal_model``, other weights (untrained, seed 1): a hot swap that keeps the windows."""
+    return _causal_tiny(tmp_path_factory, ucr_series, seed=1, iterations=0)

@@ -21,6 +21,7 @@ _OVERRIDES = {
     "repr_dims": "repr_dims", "hidden_dims": "hidden_dims", "depth": "depth",
     "time_embedding": "time_embedding", "time_index": "time_index", "max_train_length": "max_train_length",
     "seed": "seed", "device": "device", "amp": "amp", "checkpoint_every": "checkpoint_every",
+    "causal": "causal", "max_receptive_field": "max_receptive_field",
 }  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from trep_edge.runtime.time_index import parse_time_index
+from .encoder import bounded_dilations, receptive_field
 from .losses import LossWeights
 from .time_embedding import KINDS
 
@@ -28,6 +29,14 @@ class TrainConfig:
     """relative or periodic:P (TREP.md §4); stored in the model card."""
     repr_dropout: float = 0.1
     """Dropout on the output representation during training."""
+    causal: bool = False
+    """Causal convolutions (left padding only) for the incremental step engine (docs/causal.md); needs a
+    ``periodic:P`` time index (or time_embedding none) and exports a window at least ``max_receptive_field``."""
+    dilations: list[int] | None = None
+    """Dilation of each of the depth + 1 blocks. None: 2^i (the paper); for a causal model it is filled in with the
+    doubling-and-restarting schedule that fits ``max_receptive_field`` (stored, so the checkpoint says it)."""
+    max_receptive_field: int = 201
+    """Causal models: the largest receptive field the default dilations may reach (≤ the export window)."""
     weights: LossWeights = field(default_factory=LossWeights)
     """α of the four pretext tasks; must sum to 1."""
     delta_max: int = 10
@@ -66,7 +75,7 @@ class TrainConfig:
             raise ValueError(f"time_embedding {self.time_embedding!r} is unknown: choose one of {', '.join(KINDS)}")
         if self.time_embedding == "none" and (self.weights.divergence or self.weights.forecast):
             raise ValueError("time_embedding 'none' needs divergence and forecast weights of 0 (e.g. 0.5,0.5,0,0)")
-        parse_time_index(self.time_index)
+        self._check_causal()
         if not 1 <= self.delta_max <= 20:
             raise ValueError(f"delta_max must be between 1 and 20, got {self.delta_max}")
         for name in ("repr_dims", "hidden_dims", "depth", "batch_size", "max_train_length"):
@@ -74,6 +83,23 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.lr <= 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
+
+    def _check_causal(self) -> None:
+        conv = parse_time_index(self.time_index)
+        if self.dilations is not None:
+            self.dilations = [int(d) for d in self.dilations]
+            if len(self.dilations) != self.depth + 1 or min(self.dilations) < 1:
+                raise ValueError(f"dilations must list depth + 1 = {self.depth + 1} positive integers, got {self.dilations}")
+        if not self.causal:
+            return
+        if conv.kind == "relative" and self.time_embedding != "none":
+            raise ValueError("a causal model carries its state from step to step, so each step's time embedding must be "
+                             "fixed by its absolute index: use time_index 'periodic:P' (or time_embedding 'none')")  # fmt: skip
+        if self.dilations is None:
+            self.dilations = list(bounded_dilations(self.depth + 1, self.max_receptive_field))
+        elif receptive_field(self.dilations) > self.max_receptive_field:
+            raise ValueError(f"dilations {self.dilations} reach {receptive_field(self.dilations)} steps, more than "
+                             f"max_receptive_field {self.max_receptive_field}")  # fmt: skip
 
     def to_dict(self) -> dict:
         """Plain-data form, for checkpoints and the model card."""

@@ -51,6 +51,8 @@ def encoder_config(cfg: TrainConfig, input_dims: int) -> EncoderConfig:
         time_embedding_dims=cfg.time_embedding_dims,
         time_scale=scale,
         repr_dropout=cfg.repr_dropout,
+        causal=cfg.causal,
+        dilations=None if cfg.dilations is None else tuple(cfg.dilations),
     )
 
 

@@ -55,6 +55,11 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-embedding", choices=["time2vec", "mlp", "rbf", "none"], help="time-embedding module; none = TS2Vec ablation")
     p.add_argument("--time-index", help="time index convention: relative or periodic:P (TREP.md §4)")
     p.add_argument("--max-train-length", type=int, help="cut long series into sections of at most this many steps")
+    p.add_argument("--causal", action="store_true", default=None, help="causal convolutions with a receptive field "
+                   "within --max-receptive-field, for the incremental step engine (docs/causal.md); needs "
+                   "--time-index periodic:P")
+    p.add_argument("--max-receptive-field", type=int, help="causal: steps the dilations may reach (default 201; keep "
+                   "it <= the export --window)")
     p.add_argument("--weights", help="four task weights a,b,c,d summing to 1: instance, temporal, divergence, forecast")
     p.add_argument("--seed", type=int, help="random seed")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N")
@@ -230,15 +235,18 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
         "splits, seed and budget, run a protocol of TREP.md §5, and add one row per dataset and model to --results "
         "(rows already there are skipped, so an interrupted run resumes). Tasks: anomaly (UCR anomaly series), yahoo "
         "(Yahoo S5, --yahoo-root), classification (UEA, TimeDim SVM), forecasting (ETT, ridge), sepsis (PhysioNet "
-        "2019 set B), missing (accuracy vs removed timesteps), heatmap (latent heatmap PNG of DodgerLoopGame), report "
+        "2019 set B), sepsis-stream (the daemon's streaming score on set B vitals, sepsis hours as anomalies, "
+        "point-adjusted F1; --patients for pretraining), missing (accuracy vs removed timesteps), heatmap (latent heatmap PNG of DodgerLoopGame), report "
         "(markdown tables of --results beside the paper's numbers).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("task", choices=["anomaly", "yahoo", "classification", "forecasting", "sepsis", "missing", "heatmap", "report"])
+    p.add_argument("task", choices=["anomaly", "yahoo", "classification", "forecasting", "sepsis", "sepsis-stream",
+                                     "missing", "heatmap", "report"])
     p.add_argument("--datasets", help="comma-separated: UEA names, ETT sets, UCR anomaly file names, or the missing-data "
                    "set (default: all present, cheapest first)")
     p.add_argument("--results", default="bench/results/paper_eval.json", help="results JSON, written row by row")
-    p.add_argument("--variants", default="trep,ts2vec", help="models to compare")
+    p.add_argument("--variants", default="trep,ts2vec", help="models to compare: trep, ts2vec, and their causal "
+                   "versions trep-causal, ts2vec-causal (docs/causal.md; trep-causal needs --time-index periodic:P)")
     p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
     p.add_argument("--iterations", type=int, help="pretraining steps per model (default 200)")
     p.add_argument("--hidden-dims", type=int, help="TCN width (default 64; paper 128)")

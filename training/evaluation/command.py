@@ -14,7 +14,7 @@ from . import anomaly, runner
 from .classification import UEA_ORDER
 from .forecasting import ETT_SETS
 from .missing import FRACTIONS
-from .pretrain import VARIANTS, Budget
+from .pretrain import KNOWN_VARIANTS, VARIANTS, Budget
 from .results import ResultsFile
 
 UCR_ANOMALY = [
@@ -36,9 +36,9 @@ def settings_from_args(args: argparse.Namespace) -> runner.RunSettings:
         if value is not None:
             setattr(budget, name, value)
     variants = tuple(_names(args.variants, VARIANTS))
-    unknown = [v for v in variants if v not in VARIANTS]
+    unknown = [v for v in variants if v not in KNOWN_VARIANTS]
     if unknown:
-        raise ValueError(f"--variants {unknown} unknown: choose from {', '.join(VARIANTS)}")
+        raise ValueError(f"--variants {unknown} unknown: choose from {', '.join(KNOWN_VARIANTS)}")
     command = "trep-edge " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["eval"] else ""
     return runner.RunSettings(budget, variants, args.data_root, command, args.repr_dims, args.time_index)
 
@@ -63,6 +63,8 @@ def evaluate(args: argparse.Namespace) -> int:
             raise ValueError("the yahoo task needs --yahoo-root: the unpacked Webscope S5 folder holding A1Benchmark ...")
         cases = anomaly.yahoo_cases(args.yahoo_root)
         runner.run_anomaly(store, settings, cases, "Yahoo", args.max_test_steps, args.calibration_steps, args.beta)
+    elif task == "sepsis-stream":
+        runner.run_sepsis_stream(store, settings, args.patients, args.beta)
     elif task == "classification":
         runner.run_classification(store, settings, _names(args.datasets, UEA_ORDER))
     elif task == "forecasting":
@@ -85,7 +87,7 @@ def evaluate(args: argparse.Namespace) -> int:
         if not (store.has("heatmap/DodgerLoopGame/both") and out.is_file()):
             info = latent_heatmap(out, settings.budget, args.data_root)
             store.put("heatmap/DodgerLoopGame/both", runner.result_row(settings, started, info))
-    prefix = f"{task if task != 'yahoo' else 'anomaly'}/"
+    prefix = {"yahoo": "anomaly", "sepsis-stream": "sepsis_stream"}.get(task, task) + "/"
     rows = {k: v["metrics"] for k, v in store.rows.items() if k.startswith(prefix)}
     print(json.dumps({"task": task, "results": str(store.path), "seconds": round(time.perf_counter() - started, 1),
                       "rows": rows}, indent=1))

@@ -12,6 +12,9 @@ from ..trainer import Trainer
 
 VARIANTS = ("trep", "ts2vec")
 """trep: the paper's model; ts2vec: no time-embedding, weights 0.5/0.5/0/0 (the TS2Vec ablation)."""
+CAUSAL_VARIANTS = ("trep-causal", "ts2vec-causal")
+"""The same two with causal convolutions and a receptive field within the scoring window (docs/causal.md)."""
+KNOWN_VARIANTS = VARIANTS + CAUSAL_VARIANTS
 
 
 @dataclass
@@ -42,11 +45,19 @@ class Pretrained:
 
 
 def variant_config(
-    variant: str, time_embedding: str, repr_dims: int, budget: Budget, time_index: str = "relative"
+    variant: str,
+    time_embedding: str,
+    repr_dims: int,
+    budget: Budget,
+    time_index: str = "relative",
+    max_receptive_field: int = 201,
 ) -> TrainConfig:
     """The training configuration of ``variant`` with the task's time-embedding, representation size and time index."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant {variant!r} is unknown: choose from {', '.join(VARIANTS)}")
+    if variant not in KNOWN_VARIANTS:
+        raise ValueError(f"variant {variant!r} is unknown: choose from {', '.join(KNOWN_VARIANTS)}")
+    causal = variant in CAUSAL_VARIANTS
+    if causal and time_index == "relative" and not variant.startswith("ts2vec"):
+        raise ValueError(f"variant {variant} needs a periodic time index: pass --time-index periodic:P")
     common = dict(
         repr_dims=repr_dims,
         hidden_dims=budget.hidden_dims,
@@ -57,17 +68,28 @@ def variant_config(
         seed=budget.seed,
         device="cpu",
         time_index=time_index,
+        causal=causal,
+        max_receptive_field=max_receptive_field,
     )
-    if variant == "ts2vec":
+    if variant.startswith("ts2vec"):
         return TrainConfig(time_embedding="none", weights=(0.5, 0.5, 0.0, 0.0), **common)
     return TrainConfig(time_embedding=time_embedding, **common)
 
 
 def pretrain(
-    x: np.ndarray, variant: str, time_embedding: str, repr_dims: int, budget: Budget, time_index: str = "relative"
+    x: np.ndarray,
+    variant: str,
+    time_embedding: str,
+    repr_dims: int,
+    budget: Budget,
+    time_index: str = "relative",
+    max_receptive_field: int = 201,
 ) -> Pretrained:
-    """Self-supervised pretraining of ``variant`` on ``x [N, T, C]`` (normalised, NaN = missing)."""
-    cfg = variant_config(variant, time_embedding, repr_dims, budget, time_index)
+    """Self-supervised pretraining of ``variant`` on ``x [N, T, C]`` (normalised, NaN = missing).
+
+    ``max_receptive_field`` bounds a causal variant's receptive field (the scoring window it will be used with).
+    """
+    cfg = variant_config(variant, time_embedding, repr_dims, budget, time_index, max_receptive_field)
     trainer = Trainer(cfg, input_dims=x.shape[-1])
     started = time.perf_counter()
     records = trainer.fit(x, iterations=budget.iterations, progress=False)

@@ -14,7 +14,7 @@ import numpy as np
 
 from trep_edge.datasets.paths import data_root as default_data_root
 
-from . import anomaly, classification, forecasting, missing, sepsis
+from . import anomaly, classification, forecasting, missing, sepsis, sepsis_stream
 from .pretrain import VARIANTS, Budget, Pretrained, pretrain
 from .results import ResultsFile
 
@@ -63,8 +63,11 @@ def _pending(store: ResultsFile, settings: RunSettings, task: str, dataset: str)
     return [v for v in settings.variants if not store.has(f"{task}/{settings.tag(dataset)}/{v}")]
 
 
-def _pretrain(x: np.ndarray, variant: str, time_embedding: str, repr_dims: int, settings: RunSettings) -> Pretrained:
-    model = pretrain(x, variant, time_embedding, settings.repr_dims or repr_dims, settings.budget, settings.time_index)
+def _pretrain(
+    x: np.ndarray, variant: str, time_embedding: str, repr_dims: int, settings: RunSettings, window: int = 201
+) -> Pretrained:
+    model = pretrain(x, variant, time_embedding, settings.repr_dims or repr_dims, settings.budget, settings.time_index,
+                     max_receptive_field=window)  # fmt: skip
     log.info("pretrained %s in %.0f s (final loss %.3f)", variant, model.seconds, model.final_loss)
     return model
 
@@ -102,6 +105,34 @@ def run_anomaly(
         metrics = anomaly.summarise(per_series)
         store.put(key, result_row(settings, started, metrics, series=per_series, beta=beta, window=201, z=21,
                             max_test_steps=max_test_steps, calibration_steps=calibration_steps, **_train_info(model)))
+
+
+def run_sepsis_stream(
+    store: ResultsFile,
+    settings: RunSettings,
+    n_patients: int = 600,
+    beta: float = 4.0,
+) -> None:
+    """Streaming point AD on PhysioNet vitals, sepsis hours as anomalies (F = 64, Time2Vec; ``sepsis_stream``)."""
+    dataset = settings.tag("setB-vitals")
+    pending = _pending(store, settings, "sepsis_stream", dataset)
+    if not pending:
+        return
+    rng = np.random.default_rng(settings.budget.seed)
+    path = settings.root() / "PhysioNet2019_sepsis" / "training_setB.tar.gz"
+    cohort = sepsis_stream.load_stream_cohort(path, n_patients, n_patients // 4, n_patients // 2, rng)
+    norm = sepsis_stream.normalisation(cohort)
+    x = sepsis_stream.training_array(cohort, norm)
+    for variant in pending:
+        started = time.perf_counter()
+        model = _pretrain(x, variant, "time2vec", 64, settings, window=sepsis_stream.WINDOW)
+        engine = sepsis_stream.engine_for(model.encoder, model.config.to_dict(), norm, z=21)
+        metrics = sepsis_stream.evaluate(engine, cohort, norm, beta, 21, anomaly.DELAYS)
+        log.info("sepsis stream %s %s", variant, {d: metrics[f"delay{d}"]["f1"] for d in anomaly.DELAYS})
+        store.put(f"sepsis_stream/{dataset}/{variant}", result_row(
+            settings, started, metrics, beta=beta, window=sepsis_stream.WINDOW, z=21,
+            train_patients=len(cohort.train), calibration_patients=len(cohort.calibration), **_train_info(model),
+        ))  # fmt: skip
 
 
 def run_classification(store: ResultsFile, settings: RunSettings, names: list[str]) -> None:
