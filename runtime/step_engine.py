@@ -92,8 +92,9 @@ class StepEngine:
             raise ValueError(f"model {card.name} uses a relative time index: its time embedding moves with the window, "
                              "so no per-stream state can be carried (export a causal model with periodic:P)")  # fmt: skip
         if graph.layout.receptive_field > card.window:
-            raise ValueError(f"the step graph reaches back {graph.layout.receptive_field} steps, more than the window "
-                             f"({card.window}): it would not equal the windowed score; re-export with a larger --window")  # fmt: skip
+            raise ValueError(f"the step graph reaches back {graph.layout.receptive_field} steps, more than the "
+                             f"window ({card.window}): it would not equal the windowed score; re-export with a "
+                             "larger --window")  # fmt: skip
         self.graph = graph
         self.card = card
         self.convention = conv

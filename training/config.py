@@ -93,8 +93,8 @@ class TrainConfig:
         if not self.causal:
             return
         if conv.kind == "relative" and self.time_embedding != "none":
-            raise ValueError("a causal model carries its state from step to step, so each step's time embedding must be "
-                             "fixed by its absolute index: use time_index 'periodic:P' (or time_embedding 'none')")  # fmt: skip
+            raise ValueError("a causal model carries its state from step to step, so each step's time embedding must "
+                             "be fixed by its absolute index: use time_index 'periodic:P' (or time_embedding 'none')")  # fmt: skip
         if self.dilations is None:
             self.dilations = list(bounded_dilations(self.depth + 1, self.max_receptive_field))
         elif receptive_field(self.dilations) > self.max_receptive_field:

@@ -26,3 +26,5 @@ step sepsis-stream --patients 800 --variants trep --time-index relative
 # last 2,000 train steps, at most 6,000 test steps per series); periodic:400 for both models.
 step anomaly --max-train-length 400 --calibration-steps 2000 --max-test-steps 6000 --variants trep,trep-causal \
     --time-index periodic:400
+# Seed repeat of the PhysioNet comparison (both models at seed 1).
+step sepsis-stream --patients 800 --variants trep,trep-causal --time-index periodic:24 --seed 1

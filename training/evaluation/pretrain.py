@@ -44,14 +44,8 @@ class Pretrained:
     final_loss: float
 
 
-def variant_config(
-    variant: str,
-    time_embedding: str,
-    repr_dims: int,
-    budget: Budget,
-    time_index: str = "relative",
-    max_receptive_field: int = 201,
-) -> TrainConfig:
+def variant_config(variant: str, time_embedding: str, repr_dims: int, budget: Budget, time_index: str = "relative",
+                   max_receptive_field: int = 201) -> TrainConfig:  # fmt: skip
     """The training configuration of ``variant`` with the task's time-embedding, representation size and time index."""
     if variant not in KNOWN_VARIANTS:
         raise ValueError(f"variant {variant!r} is unknown: choose from {', '.join(KNOWN_VARIANTS)}")
@@ -76,15 +70,8 @@ def variant_config(
     return TrainConfig(time_embedding=time_embedding, **common)
 
 
-def pretrain(
-    x: np.ndarray,
-    variant: str,
-    time_embedding: str,
-    repr_dims: int,
-    budget: Budget,
-    time_index: str = "relative",
-    max_receptive_field: int = 201,
-) -> Pretrained:
+def pretrain(x: np.ndarray, variant: str, time_embedding: str, repr_dims: int, budget: Budget, time_index: str = "relative",
+             max_receptive_field: int = 201) -> Pretrained:  # fmt: skip
     """Self-supervised pretraining of ``variant`` on ``x [N, T, C]`` (normalised, NaN = missing).
 
     ``max_receptive_field`` bounds a causal variant's receptive field (the scoring window it will be used with).
