@@ -142,7 +142,8 @@ def last_step_pair(
 def run_chunked(session: ort.InferenceSession, output: str, feeds: dict[str, np.ndarray], max_rows: int) -> np.ndarray:
     """One output of ``session`` over the batch, in chunks of at most ``max_rows`` rows (bounds peak memory)."""
     rows = len(next(iter(feeds.values())))
-    out = [session.run([output], {k: v[i : i + max_rows] for k, v in feeds.items()})[0] for i in range(0, rows, max_rows)]
+    out = [session.run([output], {k: v[i : i + max_rows] for k, v in feeds.items()})[0]
+           for i in range(0, rows, max_rows)]  # fmt: skip
     return np.concatenate(out, axis=0)
 
 
@@ -310,7 +311,8 @@ def select_engine(engine: Engine, mode: str = "auto", timing_windows: int = 16) 
         engine.use(forced, f"forced by model.engine = {mode}")
         return
     if len(exact) == 1:
-        engine.use(full, "the only exact engine for this model" + (" (no extra graphs)" if len(candidates) == 1 else ""))
+        none = " (no extra graphs)" if len(candidates) == 1 else ""
+        engine.use(full, f"the only exact engine for this model{none}")
         return
     timing = np.repeat(windows, -(-timing_windows // len(windows)), axis=0)[:timing_windows]
     timing_starts = np.resize(starts, timing_windows)
@@ -347,7 +349,9 @@ def _graph_sessions(
     return sessions, {name: f"refused: {why}" for name, why in skipped.items()}
 
 
-def load_engine(path: str | Path, providers: str | list[str] = "auto", threads: int = 0, engine: str = "auto") -> Engine:
+def load_engine(
+    path: str | Path, providers: str | list[str] = "auto", threads: int = 0, engine: str = "auto"
+) -> Engine:
     """Load and check a model file and select its pair engine; raise ModelCardError / ValueError with what to fix."""
     path = Path(path)
     if not path.is_file():

@@ -99,8 +99,8 @@ def write_card(model_path: Path, card: ModelCard, graphs: dict[str, bytes] | Non
     """
     card.validate()
     model = onnx.load(str(model_path))
-    prefix = len(GRAPH_KEY_PREFIX)
-    blobs = {p.key[prefix:]: base64.b64decode(p.value) for p in model.metadata_props if p.key.startswith(GRAPH_KEY_PREFIX)}
+    blobs = {p.key[len(GRAPH_KEY_PREFIX) :]: base64.b64decode(p.value)
+             for p in model.metadata_props if p.key.startswith(GRAPH_KEY_PREFIX)}  # fmt: skip
     blobs.update(graphs or {})
     del model.metadata_props[:]
     entry = model.metadata_props.add()

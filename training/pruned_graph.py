@@ -96,8 +96,9 @@ class LastStepEncoder(nn.Module):
         self.register_buffer("input_positions", torch.tensor(plans[0].inputs))
         for i, (block, plan) in enumerate(zip(encoder.blocks, plans)):
             row = {p: j for j, p in enumerate(plan.inputs)}
-            self.register_buffer(f"conv1_{i}", _tap_index(plan.middle, plan.inputs, tap_offsets(block, block.conv1), window))
-            self.register_buffer(f"conv2_{i}", _tap_index(plan.outputs, plan.middle, tap_offsets(block, block.conv2), window))
+            taps1, taps2 = tap_offsets(block, block.conv1), tap_offsets(block, block.conv2)
+            self.register_buffer(f"conv1_{i}", _tap_index(plan.middle, plan.inputs, taps1, window))
+            self.register_buffer(f"conv2_{i}", _tap_index(plan.outputs, plan.middle, taps2, window))
             self.register_buffer(f"skip_{i}", torch.tensor([row[p] for p in plan.outputs]))
 
     def block_inputs(self, x: torch.Tensor, mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -130,7 +131,8 @@ def last_step_graph(encoder: TRepEncoder, window: int) -> bytes:
 
     module = LastStepEncoder(encoder.eval().cpu(), window).eval()
     c = encoder.cfg.input_dims
-    example = (torch.randn(2, window, c), torch.ones(2, window, dtype=torch.bool), torch.arange(float(window)).repeat(2, 1))
+    steps = torch.arange(float(window)).repeat(2, 1)
+    example = (torch.randn(2, window, c), torch.ones(2, window, dtype=torch.bool), steps)
     batch = torch.export.Dim("batch")
     dynamic = {name: {0: batch} for name in INPUT_NAMES}
     with tempfile.TemporaryDirectory() as tmp:

@@ -114,7 +114,8 @@ def test_a_graph_that_is_not_exact_is_refused_and_the_full_graph_used(univariate
 
     model = _copy_model(univariate_model, tmp_path)
     card = load_engine(model, "cpu", engine="full").card
-    write_card(model, replace(card, graphs={"last_step": graph_entry(wrong_graph, card.window)}), {"last_step": wrong_graph})
+    wrong = replace(card, graphs={"last_step": graph_entry(wrong_graph, card.window)})
+    write_card(model, wrong, {"last_step": wrong_graph})
     engine = load_engine(model, "cpu")
     assert engine.selected == "full"
     assert engine.candidates["last_step"].startswith("refused: max |Δz|")

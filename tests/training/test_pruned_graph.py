@@ -51,6 +51,20 @@ def test_torch_last_step_equals_full_graph_last_step(time_embedding, window):
         assert float((got - expected).abs().max()) <= 1e-5
 
 
+def test_causal_encoder_last_step_equals_full_graph_last_step():
+    from trep_edge.training.encoder import bounded_dilations, receptive_field
+
+    dilations = bounded_dilations(SMALL["depth"] + 1, 30)
+    encoder = _encoder("time2vec", causal=True, dilations=dilations)
+    pruned = LastStepEncoder(encoder, 41).eval()
+    # Causal taps only look back: the first block reads exactly the receptive field ending at the last step.
+    first = position_plan(encoder, 41)[0].inputs
+    assert (first[0], first[-1]) == (41 - receptive_field(dilations), 40)
+    x, mask, t = _inputs(4, 41)
+    with torch.no_grad():
+        assert float((pruned(x, mask, t) - encoder(x, mask, t)[:, -1]).abs().max()) <= 1e-5
+
+
 def test_a_nan_last_step_equals_a_masked_last_step():
     pruned = LastStepEncoder(_encoder("time2vec"), 16).eval()
     x, mask, t = _inputs(2, 16)
