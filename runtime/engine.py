@@ -284,22 +284,25 @@ def select_engine(engine: Engine, mode: str = "auto", timing_windows: int = 16) 
     if mode not in ENGINE_CHOICES:
         raise ValueError(f"engine {mode!r} is unknown: choose one of {', '.join(ENGINE_CHOICES)}")
     full = FullGraph(engine)
-    candidates: list[Candidate] = [full]
-    for name, session in engine.graphs.items():
-        if name in CANDIDATES:
-            candidates.append(CANDIDATES[name](session, engine))
     windows, starts = probe_windows(engine.card)
     reference = full.pair(windows, starts)
     exact: list[Candidate] = [full]
-    for candidate in candidates[1:]:
-        ours = candidate.pair(windows, starts)
-        diff = max(float(np.max(np.abs(a - b))) for a, b in zip(ours, reference))
+    for name, session in engine.graphs.items():
+        if name not in CANDIDATES:
+            continue
+        try:  # an embedded graph that cannot even run must not stop the model from loading on the full graph
+            candidate = CANDIDATES[name](session, engine)
+            diff = max(float(np.max(np.abs(a - b))) for a, b in zip(candidate.pair(windows, starts), reference))
+        except Exception as exc:  # onnxruntime and candidate set-up errors alike: reported, never fatal
+            diff, why = float("nan"), f"refused: it fails on the probe windows ({exc})"
+        else:
+            why = f"refused: max |Δz| {diff:.1e} > {EXACT_TOLERANCE:g} vs the full graph"
         if diff <= EXACT_TOLERANCE:
             exact.append(candidate)
-            engine.candidates[candidate.name] = f"exact (max |Δz| {diff:.1e} vs the full graph)"
+            engine.candidates[name] = f"exact (max |Δz| {diff:.1e} vs the full graph)"
         else:
-            engine.candidates[candidate.name] = f"refused: max |Δz| {diff:.1e} > {EXACT_TOLERANCE:g} vs the full graph"
-            log.warning("ENGINE %s NOT USED for %s: %s", candidate.name, engine.path, engine.candidates[candidate.name])
+            engine.candidates[name] = why
+            log.warning("ENGINE %s NOT USED for %s: %s", name, engine.path, why)
     engine.candidates = {"full": "the reference", **engine.candidates}
     if mode != "auto":
         forced = next((c for c in exact if c.name == mode), None)
@@ -311,7 +314,7 @@ def select_engine(engine: Engine, mode: str = "auto", timing_windows: int = 16) 
         engine.use(forced, f"forced by model.engine = {mode}")
         return
     if len(exact) == 1:
-        none = " (no extra graphs)" if len(candidates) == 1 else ""
+        none = "" if engine.graphs else " (no extra graphs)"
         engine.use(full, f"the only exact engine for this model{none}")
         return
     timing = np.repeat(windows, -(-timing_windows // len(windows)), axis=0)[:timing_windows]

@@ -124,6 +124,20 @@ def test_a_graph_that_is_not_exact_is_refused_and_the_full_graph_used(univariate
         load_engine(model, "cpu", engine="last_step")
 
 
+def test_a_graph_that_fails_to_run_is_refused_and_the_model_still_loads(univariate_model, tmp_path):
+    from trep_edge.training.export import graph_entry, write_card
+
+    model = _copy_model(univariate_model, tmp_path)
+    card = load_engine(model, "cpu", engine="full").card
+    full_graph = onnx.load(str(model))
+    del full_graph.metadata_props[:]
+    blob = full_graph.SerializeToString()  # a loadable graph without the z_last output
+    write_card(model, replace(card, graphs={"last_step": graph_entry(blob, card.window)}), {"last_step": blob})
+    engine = load_engine(model, "cpu")
+    assert engine.selected == "full"
+    assert engine.candidates["last_step"].startswith("refused: it fails on the probe windows")
+
+
 def test_a_graph_whose_bytes_differ_from_the_card_is_not_loaded(univariate_model, wrong_graph, tmp_path):
     model_path = _copy_model(univariate_model, tmp_path)
     model = onnx.load(str(model_path))
