@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from trep_edge.runtime.model_card import sidecar_path
 from trep_edge.training.promote import AlertRate, install, refusals
+from trep_edge.training.trainer import resolve_checkpoint
 
 
 def test_a_candidate_alerting_much_more_than_the_running_model_is_refused():
@@ -33,3 +36,9 @@ def test_install_replaces_card_and_model_atomically_and_readably(tmp_path):
     assert target.read_bytes() == b"new model" and sidecar_path(target).read_text() == "new card"
     assert oct(os.stat(target).st_mode & 0o777) == "0o644"
     assert sorted(p.name for p in target.parent.iterdir()) == ["m.card.json", "m.onnx"]  # no temp file left
+
+
+def test_an_exported_model_without_its_checkpoint_beside_it_is_refused_with_what_to_do(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"its checkpoint .*m\.pt \(same name, \.pt\) is needed"):
+        resolve_checkpoint(tmp_path / "m.onnx")
+    assert resolve_checkpoint(tmp_path / "run.pt") == tmp_path / "run.pt"  # a checkpoint is taken as given
