@@ -261,12 +261,28 @@ def soak(rig: Rig, series: list[RecordedSeries], t0: float, start: int, rate: fl
                    "first_half_mean_after_first_minute": round(float(np.mean(settled[:half])), 1) if half else None,
                    "second_half_mean_after_first_minute": round(float(np.mean(settled[half:])), 1) if half else None},
         "daemon_cpu_percent_mean": round(float(np.mean([s.cpu_percent for s in samples])), 1) if samples else None,
+        "backlog": backlog_trend([asdict(s) for s in samples]) if samples else None,
         "samples": [asdict(s) for s in samples],
     }  # fmt: skip
 
 
+def backlog_trend(samples: list[dict]) -> dict:
+    """How the readings not yet taken in by the daemon (sent - received: in the broker or the socket) evolved.
+
+    Readings received but waiting for the next tick (received - scored) are at most one tick's worth by design;
+    a backlog before the daemon that keeps growing means it falls behind, however slowly.
+    """
+    t = np.array([x["t"] for x in samples])
+    backlog = np.array([x["sent"] - x["received"] for x in samples], dtype=np.float64)
+    second = t >= t[-1] / 2
+    slope = float(np.polyfit(t[second], backlog[second], 1)[0]) if second.sum() >= 2 else float("nan")
+    return {"max_sent_minus_received": int(backlog.max()), "last_sent_minus_received": int(backlog[-1]),
+            "second_half_growth_per_minute": round(slope * 60, 1),
+            "max_received_minus_scored": int(max(x["received"] - x["scored"] for x in samples))}  # fmt: skip
+
+
 def plot(result: dict, png: Path) -> None:
-    """RSS and backlog (sent - scored) over the soak."""
+    """RSS, and the readings waiting before and inside the daemon, over the soak."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -280,8 +296,10 @@ def plot(result: dict, png: Path) -> None:
     a.set_ylim(0, max(x["rss_mb"] for x in s) * 1.2)
     a.set_title(f"soak at {result['soak']['rate']:g} readings/s ({result['streams']} streams), "
                 f"dropped {result['soak']['dropped']}, lost {result['soak']['lost']}")  # fmt: skip
-    b.plot(t, [x["sent"] - x["scored"] for x in s])
-    b.set_ylabel("sent - scored")
+    b.plot(t, [x["sent"] - x["received"] for x in s], label="sent - received (in broker/socket)")
+    b.plot(t, [x["received"] - x["scored"] for x in s], label="received - scored (waiting for the tick)")
+    b.set_ylabel("readings waiting")
+    b.legend(loc="upper left", fontsize=8)
     b.set_xlabel("seconds")
     fig.tight_layout()
     fig.savefig(png, dpi=90)
