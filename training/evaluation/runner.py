@@ -114,8 +114,7 @@ def run_sepsis_stream(
     beta: float = 4.0,
 ) -> None:
     """Streaming point AD on PhysioNet vitals, sepsis hours as anomalies (F = 64, Time2Vec; ``sepsis_stream``)."""
-    dataset = settings.tag("setB-vitals")
-    pending = _pending(store, settings, "sepsis_stream", dataset)
+    pending = _pending(store, settings, "sepsis_stream", "setB-vitals")
     if not pending:
         return
     rng = np.random.default_rng(settings.budget.seed)
@@ -129,7 +128,7 @@ def run_sepsis_stream(
         engine = sepsis_stream.engine_for(model.encoder, model.config.to_dict(), norm, z=21)
         metrics = sepsis_stream.evaluate(engine, cohort, norm, beta, 21, anomaly.DELAYS)
         log.info("sepsis stream %s %s", variant, {d: metrics[f"delay{d}"]["f1"] for d in anomaly.DELAYS})
-        store.put(f"sepsis_stream/{dataset}/{variant}", result_row(
+        store.put(f"sepsis_stream/{settings.tag('setB-vitals')}/{variant}", result_row(
             settings, started, metrics, beta=beta, window=sepsis_stream.WINDOW, z=21,
             train_patients=len(cohort.train), calibration_patients=len(cohort.calibration), **_train_info(model),
         ))  # fmt: skip
