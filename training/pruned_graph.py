@@ -12,6 +12,7 @@ Inputs ``x [B, W, C]``, ``mask [B, W]``, ``t [B, W]`` with W fixed (the card's w
 """
 from __future__ import annotations
 
+import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,13 +75,22 @@ def conv_positions(encoder: TRepEncoder, window: int) -> tuple[int, int]:
     return sum(len(p.middle) + len(p.outputs) for p in plans), 2 * len(plans) * window
 
 
+def _gelu(h: torch.Tensor) -> torch.Tensor:
+    """Exact (erf) GELU, written in the operand order onnxruntime fuses into one Gelu kernel.
+
+    ``F.gelu`` exports as ``x · (0.5 · (1 + erf(x/√2)))``, which onnxruntime leaves as five passes over the tensor.
+    """
+    return h * (torch.erf(h / math.sqrt(2.0)) + 1.0) * 0.5
+
+
 def _conv_at(conv: nn.Conv1d, h: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """The conv's output at the rows ``index`` selects from ``h [B, P, C]`` (zero row appended for the padding)."""
     b, rows, k = h.shape[0], index.shape[0], index.shape[1]
-    taps = F.pad(h, (0, 0, 0, 1)).index_select(1, index.reshape(-1)).reshape(b, rows, k * h.shape[-1])
+    # Taps as one 2-D matrix [B·rows, K·C]: a single Gemm with the bias instead of a batched MatMul plus an Add.
+    taps = F.pad(h, (0, 0, 0, 1)).index_select(1, index.reshape(-1)).reshape(-1, k * h.shape[-1])
     # Conv weight [out, in, K] laid out as [out, K·in] to match the taps' (k, channel) order.
     weight = conv.weight.permute(0, 2, 1).reshape(conv.out_channels, -1)
-    return F.linear(taps, weight, conv.bias)
+    return F.linear(taps, weight, conv.bias).reshape(b, rows, conv.out_channels)
 
 
 class LastStepEncoder(nn.Module):
@@ -120,8 +130,8 @@ class LastStepEncoder(nn.Module):
             skip = h.index_select(1, getattr(self, f"skip_{i}"))
             if block.residual is not None:
                 skip = F.linear(skip, block.residual.weight[:, :, 0], block.residual.bias)
-            middle = _conv_at(block.conv1, F.gelu(h), getattr(self, f"conv1_{i}"))
-            h = _conv_at(block.conv2, F.gelu(middle), getattr(self, f"conv2_{i}")) + skip
+            middle = _conv_at(block.conv1, _gelu(h), getattr(self, f"conv1_{i}"))
+            h = _conv_at(block.conv2, _gelu(middle), getattr(self, f"conv2_{i}")) + skip
         return h[:, 0]
 
 
