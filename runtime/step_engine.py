@@ -15,7 +15,7 @@ from the stored window (``rebuild``); it is also saved with the monitor's checkp
 Public API (used by ``runtime/monitor.py``, ``runtime/engine.py`` and ``bench/throughput.py``):
 
 - ``StepGraph(session)``: an onnxruntime session of a step graph and its ``StepLayout``.
-- ``StepEngine(graph, card)``: ``add_streams(n)``, ``remove_streams(idx)``, ``invalidate(idx)``,
+- ``StepEngine(graph, card, max_rows=256)``: ``add_streams(n)``, ``remove_streams(idx)``, ``invalidate(idx)``,
   ``valid [S] bool``, ``last_step [S] int64``, ``advance(idx, values, steps) -> (z_unmasked, z_masked)`` (at most
   one step per stream, each stream's next step), ``rebuild(idx, history, end_steps)`` (feed windows ``[S, H, C]``
   ending at ``end_steps`` from a zero state), ``state_bytes_per_stream``, ``state_dict()`` /
@@ -77,16 +77,24 @@ class StepGraph:
         self._outputs = [o.name for o in session.get_outputs()]
         self._taps = [f"tap{j}" for j in range(len(self.layout.dilations))]
 
-    def run(self, x: np.ndarray, t: np.ndarray, taps: list[np.ndarray]) -> list[np.ndarray]:
-        """``[z_unmasked, z_masked, push_0, …]`` for ``x [S, C]``, ``t [S]`` and taps ``[S, K−1, width_j]``."""
-        feeds = {"x": x, "t": t, **dict(zip(self._taps, taps))}
-        return self.session.run(self._outputs, feeds)
+    def run(self, x: np.ndarray, t: np.ndarray, taps: list[np.ndarray], max_rows: int = 256) -> list[np.ndarray]:
+        """``[z_unmasked, z_masked, push_0, …]`` for ``x [S, C]``, ``t [S]`` and taps ``[S, K−1, width_j]``.
+
+        Rows go in chunks of at most ``max_rows`` so that a chunk's activations stay in cache
+        (``bench/results/causal_chunking.py`` measures the effect).
+        """
+        chunks = []
+        for lo in range(0, max(len(x), 1), max_rows):
+            feeds = {"x": x[lo : lo + max_rows], "t": t[lo : lo + max_rows]}
+            feeds.update({name: tap[lo : lo + max_rows] for name, tap in zip(self._taps, taps)})
+            chunks.append(self.session.run(self._outputs, feeds))
+        return [np.concatenate(parts) for parts in zip(*chunks)] if len(chunks) > 1 else chunks[0]
 
 
 class StepEngine:
     """Per-stream state of a causal model and the step graph that advances it (module docstring)."""
 
-    def __init__(self, graph: StepGraph, card: ModelCard) -> None:
+    def __init__(self, graph: StepGraph, card: ModelCard, max_rows: int = 256) -> None:
         conv = parse_time_index(card.time_index)
         if conv.kind == "relative" and card.time_embedding != "none":
             raise ValueError(f"model {card.name} uses a relative time index: its time embedding moves with the window, "
@@ -97,6 +105,7 @@ class StepEngine:
                              "larger --window")  # fmt: skip
         self.graph = graph
         self.card = card
+        self.max_rows = int(max_rows)
         self.convention = conv
         self.layout = graph.layout
         self._k = self.layout.kernel_size
@@ -142,7 +151,7 @@ class StepEngine:
             slots = (steps[:, None] - back * d) % ring.shape[1]
             taps.append(ring[idx[:, None], slots])
         t = time_index(self.convention, steps, 1)[:, 0]
-        out = self.graph.run(np.ascontiguousarray(values, dtype=np.float32), t, taps)
+        out = self.graph.run(np.ascontiguousarray(values, dtype=np.float32), t, taps, self.max_rows)
         for ring, push in zip(self.rings, out[2:]):
             ring[idx, steps % ring.shape[1]] = push
         self.last_step[idx] = steps
