@@ -12,7 +12,7 @@ training mean, plus a slow wave and noise of its training spread, 5 % missing) a
 2. **Soak**: at the highest passing rate, publish for ``--soak-seconds`` while sampling the daemon's RSS, CPU,
    intake queue and counters every ``--sample-every`` seconds; report drops, losses and the RSS trend.
 
-Results go to ``--out`` (JSON, with this command line) and a PNG of RSS and backlog over time beside it.
+Results go to ``--out`` (JSON, with this command line) and a PNG of RSS and lag over time beside it.
 Run the real measurement under the shared lock (docs/operations.md records the numbers):
 
     flock /tmp/trep-heavy.lock nice -n 5 .venv/bin/python bench/soak.py
@@ -88,6 +88,7 @@ class Sample:
     scored: int
     queue: int
     dropped: int
+    lag: int  # sent - scored - what arrived since the daemon's last tick (that waits for the next one by design)
 
 
 @dataclass
@@ -163,6 +164,7 @@ class Rig:
         m = metrics(self.http_port)
         return {"received": m.get("trep_edge_messages_total", 0.0), "scored": m.get("trep_edge_scored_total", 0.0),
                 "dropped": m.get("trep_edge_dropped_total", 0.0), "queue": m.get("trep_edge_queue_depth", 0.0),
+                "last_tick": m.get("trep_edge_last_tick_timestamp_seconds", 0.0),
                 "latency": {k: v for k, v in m.items() if k.startswith("trep_edge_reading_latency_seconds_bucket")}}
 
     def wait_scored(self, target: int, timeout: float) -> float:
@@ -226,19 +228,20 @@ def soak(rig: Rig, series: list[RecordedSeries], t0: float, start: int, rate: fl
     samples: list[Sample] = []
     done = threading.Event()
     began = time.monotonic()
-    base = rig.counters()
+    base, sent0 = rig.counters(), rig.publisher.sent
 
     def sample() -> None:
         last_cpu, last_t = rss_and_cpu(rig.daemon.pid)[1], time.monotonic()
         while not done.wait(every):
             rss, cpu = rss_and_cpu(rig.daemon.pid)
-            now, c = time.monotonic(), rig.counters()
+            sent, now, c = rig.publisher.sent - sent0, time.monotonic(), rig.counters()
+            scored = int(c["scored"] - base["scored"])
+            lag = sent - scored - rate * max(0.0, time.time() - c["last_tick"])
             samples.append(Sample(round(now - began, 2), round(rss, 1), round((cpu - last_cpu) / (now - last_t) * 100, 1),
-                                  rig.publisher.sent, int(c["received"] - base["received"]),
-                                  int(c["scored"] - base["scored"]), int(c["queue"]), int(c["dropped"] - base["dropped"])))  # fmt: skip
+                                  sent, int(c["received"] - base["received"]), scored, int(c["queue"]),
+                                  int(c["dropped"] - base["dropped"]), int(lag)))  # fmt: skip
             last_cpu, last_t = cpu, now
 
-    sent0 = rig.publisher.sent
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
     per_stream = rate / len(series)
@@ -247,8 +250,6 @@ def soak(rig: Rig, series: list[RecordedSeries], t0: float, start: int, rate: fl
     done.set()
     thread.join()
     end = rig.counters()
-    for s in samples:
-        s.sent -= sent0
     settled = [s.rss_mb for s in samples if s.t >= min(60.0, seconds / 4)]  # after the first minute
     half = len(settled) // 2
     return {
@@ -261,24 +262,26 @@ def soak(rig: Rig, series: list[RecordedSeries], t0: float, start: int, rate: fl
                    "first_half_mean_after_first_minute": round(float(np.mean(settled[:half])), 1) if half else None,
                    "second_half_mean_after_first_minute": round(float(np.mean(settled[half:])), 1) if half else None},
         "daemon_cpu_percent_mean": round(float(np.mean([s.cpu_percent for s in samples])), 1) if samples else None,
-        "backlog": backlog_trend([asdict(s) for s in samples]) if samples else None,
+        "latency_p50": quantile(base["latency"], end["latency"], 0.5),
+        "latency_p99": quantile(base["latency"], end["latency"], 0.99),
+        "lag": lag_trend([asdict(s) for s in samples]) if samples else None,
         "samples": [asdict(s) for s in samples],
     }  # fmt: skip
 
 
-def backlog_trend(samples: list[dict]) -> dict:
-    """How the readings not yet taken in by the daemon (sent - received: in the broker or the socket) evolved.
+def lag_trend(samples: list[dict]) -> dict:
+    """Whether the daemon falls behind: readings sent but not scored, beyond those that arrived since its last tick.
 
-    Readings received but waiting for the next tick (received - scored) are at most one tick's worth by design;
-    a backlog before the daemon that keeps growing means it falls behind, however slowly.
+    Raw ``sent - scored`` swings by a tick's worth of readings with the phase of each sample against the tick (and
+    that phase drifts), so it is no measure of lag; this is. A lag that keeps growing means the daemon falls
+    behind, however slowly.
     """
     t = np.array([x["t"] for x in samples])
-    backlog = np.array([x["sent"] - x["received"] for x in samples], dtype=np.float64)
+    lag = np.array([x["lag"] for x in samples], dtype=np.float64)
     second = t >= t[-1] / 2
-    slope = float(np.polyfit(t[second], backlog[second], 1)[0]) if second.sum() >= 2 else float("nan")
-    return {"max_sent_minus_received": int(backlog.max()), "last_sent_minus_received": int(backlog[-1]),
-            "second_half_growth_per_minute": round(slope * 60, 1),
-            "max_received_minus_scored": int(max(x["received"] - x["scored"] for x in samples))}  # fmt: skip
+    slope = float(np.polyfit(t[second], lag[second], 1)[0]) if second.sum() >= 2 else float("nan")
+    return {"max": int(lag.max()), "median": float(np.median(lag)), "first_half_mean": round(float(lag[~second].mean()), 1),
+            "second_half_mean": round(float(lag[second].mean()), 1), "second_half_slope_per_minute": round(slope * 60, 1)}  # fmt: skip
 
 
 def plot(result: dict, png: Path) -> None:
@@ -296,9 +299,9 @@ def plot(result: dict, png: Path) -> None:
     a.set_ylim(0, max(x["rss_mb"] for x in s) * 1.2)
     a.set_title(f"soak at {result['soak']['rate']:g} readings/s ({result['streams']} streams), "
                 f"dropped {result['soak']['dropped']}, lost {result['soak']['lost']}")  # fmt: skip
-    b.plot(t, [x["sent"] - x["received"] for x in s], label="sent - received (in broker/socket)")
-    b.plot(t, [x["received"] - x["scored"] for x in s], label="received - scored (waiting for the tick)")
-    b.set_ylabel("readings waiting")
+    b.plot(t, [x["sent"] - x["scored"] for x in s], color="0.7", label="sent - scored")
+    b.plot(t, [x["lag"] for x in s], label="lag: sent - scored - arrived since the last tick")
+    b.set_ylabel("readings")
     b.legend(loc="upper left", fontsize=8)
     b.set_xlabel("seconds")
     fig.tight_layout()
