@@ -113,50 +113,50 @@ class Client:
         self.client.loop_stop()
 
 
-def test_clients_without_valid_credentials_are_refused(acl_broker):
+@pytest.fixture
+def login(acl_broker):
+    """Factory of clients logged in as a user of USERS (or with the given password); closed at teardown."""
     port, tls = acl_broker
-    for user, password in ((None, None), ("bed01", "wrong"), ("nobody", "x")):
-        client = Client(port, tls, user, password)
+    made: list[Client] = []
+
+    def make(user: str | None, subscribe: str = "", password: str | None = None) -> Client:
+        made.append(Client(port, tls, user, password or USERS.get(user or ""), subscribe))
+        return made[-1]
+
+    yield make
+    for client in made:
         client.close()
+
+
+def test_clients_without_valid_credentials_are_refused(login):
+    for user, password in ((None, None), ("bed01", "wrong"), ("nobody", "x")):
+        client = login(user, password=password)
         assert client.connack in (134, 135), f"{user!r} connected: CONNACK {client.connack}"
 
 
-def test_a_bed_publisher_writes_its_own_topic_only(acl_broker):
+def test_a_bed_publisher_writes_its_own_topic_only(login):
+    monitor, bed = login("trep-edge", subscribe="icu/+/vitals"), login("bed01")
+    assert bed.connack == 0 and monitor.connack == 0
+    assert bed.publish("icu/bed02/vitals", "forged") == NOT_AUTHORIZED
+    assert bed.publish("trep-edge/alerts/bed01", "forged") == NOT_AUTHORIZED
+    assert bed.publish("icu/bed01/vitals", "mine") == 0
+    assert monitor.settled_messages() == [("icu/bed01/vitals", b"mine")]
+
+
+def test_the_monitor_reads_telemetry_and_writes_only_its_outputs(login):
+    dashboard, monitor = login("dashboard", subscribe="trep-edge/#"), login("trep-edge")
+    assert monitor.publish("icu/bed01/vitals", "not the monitor's to write") == NOT_AUTHORIZED
+    assert dashboard.publish("trep-edge/alerts/bed01", "not the dashboard's to write") == NOT_AUTHORIZED
+    assert monitor.publish("trep-edge/alerts/bed01", "alert") == 0
+    assert dashboard.settled_messages() == [("trep-edge/alerts/bed01", b"alert")]
+
+
+def test_a_daemon_logged_in_as_the_monitor_scores_a_beds_reading(acl_broker, login, tmp_path, univariate_model):
     port, tls = acl_broker
-    monitor = Client(port, tls, "trep-edge", USERS["trep-edge"], subscribe="icu/+/vitals")
-    bed = Client(port, tls, "bed01", USERS["bed01"])
-    try:
-        assert bed.connack == 0 and monitor.connack == 0
-        assert bed.publish("icu/bed02/vitals", "forged") == NOT_AUTHORIZED
-        assert bed.publish("trep-edge/alerts/bed01", "forged") == NOT_AUTHORIZED
-        assert bed.publish("icu/bed01/vitals", "mine") == 0
-        assert monitor.settled_messages() == [("icu/bed01/vitals", b"mine")]
-    finally:
-        bed.close()
-        monitor.close()
-
-
-def test_the_monitor_reads_telemetry_and_writes_only_its_outputs(acl_broker):
-    port, tls = acl_broker
-    dashboard = Client(port, tls, "dashboard", USERS["dashboard"], subscribe="trep-edge/#")
-    monitor = Client(port, tls, "trep-edge", USERS["trep-edge"])
-    try:
-        assert monitor.publish("icu/bed01/vitals", "not the monitor's to write") == NOT_AUTHORIZED
-        assert dashboard.publish("trep-edge/alerts/bed01", "not the dashboard's to write") == NOT_AUTHORIZED
-        assert monitor.publish("trep-edge/alerts/bed01", "alert") == 0
-        assert dashboard.settled_messages() == [("trep-edge/alerts/bed01", b"alert")]
-    finally:
-        dashboard.close()
-        monitor.close()
-
-
-def test_a_daemon_logged_in_as_the_monitor_scores_a_beds_reading(acl_broker, tmp_path, univariate_model):
-    port, tls = acl_broker
-    tables = daemon_tables(SimpleNamespace(port=port), univariate_model, tmp_path, mqtt={"topics": ["icu/{bed}/vitals"], "tls": True,
-                           "ca_file": str(tls.ca), "username": "trep-edge"})  # fmt: skip
+    tables = daemon_tables(SimpleNamespace(port=port), univariate_model, tmp_path, mqtt={
+        "topics": ["icu/{bed}/vitals"], "tls": True, "ca_file": str(tls.ca), "username": "trep-edge"})  # fmt: skip
     daemon = DaemonProcess(tmp_path, tables, env={"TREP_EDGE_MQTT_PASSWORD": USERS["trep-edge"]})
-    dashboard = Client(port, tls, "dashboard", USERS["dashboard"], subscribe="trep-edge/#")
-    bed = Client(port, tls, "bed01", USERS["bed01"])
+    dashboard, bed = login("dashboard", subscribe="trep-edge/#"), login("bed01")
     try:
         daemon.start()
         daemon.wait_http("/readyz")
@@ -171,5 +171,3 @@ def test_a_daemon_logged_in_as_the_monitor_scores_a_beds_reading(acl_broker, tmp
         assert status and status[-1]["state"] == "online" and status[-1]["shard"] == "0/1"
     finally:
         daemon.stop()
-        bed.close()
-        dashboard.close()
