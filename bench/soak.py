@@ -132,7 +132,8 @@ class Rig:
             f'[mqtt]\nport = {self.broker_port}\ntopics = ["{TOPIC}"]\nclient_id = "soak-monitor"\n'
             f'queue_size = 20000\n[model]\npath = "{self.model}"\nproviders = "cpu"\nwatch = false\n'
             f"[monitor]\ntick_interval = {self.tick}\n"
-            f'[state]\npath = "{self.folder / "state.npz"}"\ncheckpoint_interval = 10.0\n[http]\nport = {self.http_port}\n'
+            f'[state]\npath = "{self.folder / "state.npz"}"\ncheckpoint_interval = 10.0\n'
+            f"[http]\nport = {self.http_port}\n"
         )  # fmt: skip
         log = open(self.folder / "daemon.log", "wb")
         self.daemon = subprocess.Popen([sys.executable, "-m", "trep_edge.cli", "run", "--config", str(toml)],
@@ -237,8 +238,9 @@ def soak(rig: Rig, series: list[RecordedSeries], t0: float, start: int, rate: fl
             sent, now, c = rig.publisher.sent - sent0, time.monotonic(), rig.counters()
             scored = int(c["scored"] - base["scored"])
             lag = sent - scored - rate * max(0.0, time.time() - c["last_tick"])
-            samples.append(Sample(round(now - began, 2), round(rss, 1), round((cpu - last_cpu) / (now - last_t) * 100, 1),
-                                  sent, int(c["received"] - base["received"]), scored, int(c["queue"]),
+            cpu_percent = round((cpu - last_cpu) / (now - last_t) * 100, 1)
+            samples.append(Sample(round(now - began, 2), round(rss, 1), cpu_percent, sent,
+                                  int(c["received"] - base["received"]), scored, int(c["queue"]),
                                   int(c["dropped"] - base["dropped"]), int(lag)))  # fmt: skip
             last_cpu, last_t = cpu, now
 
@@ -250,38 +252,38 @@ def soak(rig: Rig, series: list[RecordedSeries], t0: float, start: int, rate: fl
     done.set()
     thread.join()
     end = rig.counters()
-    settled = [s.rss_mb for s in samples if s.t >= min(60.0, seconds / 4)]  # after the first minute
-    half = len(settled) // 2
     return {
         "rate": rate, "seconds": round(stats.seconds, 1), "achieved": round(stats.published / stats.seconds, 1),
         "published": stats.published, "received": int(end["received"] - base["received"]),
         "scored": int(end["scored"] - base["scored"]), "dropped": int(end["dropped"] - base["dropped"]),
         "lost": stats.published - int(end["received"] - base["received"]), "drain_seconds": round(drain, 2),
-        "rss_mb": {"first": samples[0].rss_mb if samples else None, "after_first_minute": settled[0] if settled else None,
-                   "last": samples[-1].rss_mb if samples else None, "max": max(s.rss_mb for s in samples) if samples else None,
-                   "first_half_mean_after_first_minute": round(float(np.mean(settled[:half])), 1) if half else None,
-                   "second_half_mean_after_first_minute": round(float(np.mean(settled[half:])), 1) if half else None},
-        "daemon_cpu_percent_mean": round(float(np.mean([s.cpu_percent for s in samples])), 1) if samples else None,
         "latency_p50": quantile(base["latency"], end["latency"], 0.5),
         "latency_p99": quantile(base["latency"], end["latency"], 0.99),
-        "lag": lag_trend([asdict(s) for s in samples]) if samples else None,
+        **trends([asdict(s) for s in samples]),
         "samples": [asdict(s) for s in samples],
     }  # fmt: skip
 
 
-def lag_trend(samples: list[dict]) -> dict:
-    """Whether the daemon falls behind: readings sent but not scored, beyond those that arrived since its last tick.
-
-    Raw ``sent - scored`` swings by a tick's worth of readings with the phase of each sample against the tick (and
-    that phase drifts), so it is no measure of lag; this is. A lag that keeps growing means the daemon falls
-    behind, however slowly.
-    """
-    t = np.array([x["t"] for x in samples])
-    lag = np.array([x["lag"] for x in samples], dtype=np.float64)
+def _halves(t: np.ndarray, y: np.ndarray) -> dict:
     second = t >= t[-1] / 2
-    slope = float(np.polyfit(t[second], lag[second], 1)[0]) if second.sum() >= 2 else float("nan")
-    return {"max": int(lag.max()), "median": float(np.median(lag)), "first_half_mean": round(float(lag[~second].mean()), 1),
-            "second_half_mean": round(float(lag[second].mean()), 1), "second_half_slope_per_minute": round(slope * 60, 1)}  # fmt: skip
+    slope = float(np.polyfit(t[second], y[second], 1)[0]) if second.sum() >= 2 else float("nan")
+    return {"first": float(y[0]), "last": float(y[-1]), "max": float(y.max()),
+            "first_half_mean": round(float(y[~second].mean()), 1) if (~second).any() else None,
+            "second_half_mean": round(float(y[second].mean()), 1), "second_half_slope_per_minute": round(slope * 60, 2)}
+
+
+def trends(samples: list[dict]) -> dict:
+    """RSS, CPU and lag over the soak: start, end, peak, the two halves' means and the second half's slope.
+
+    Lag is readings sent but not scored beyond those that arrived since the daemon's last tick: raw ``sent -
+    scored`` swings by a tick's worth with the phase of each sample against the tick (and that phase drifts), so
+    it measures nothing; a lag that keeps growing means the daemon falls behind, however slowly.
+    """
+    if not samples:
+        return {}
+    t = np.array([x["t"] for x in samples])
+    series = {"rss_mb": "rss_mb", "daemon_cpu_percent": "cpu_percent", "lag_readings": "lag"}
+    return {name: _halves(t, np.array([x[key] for x in samples], dtype=np.float64)) for name, key in series.items()}
 
 
 def plot(result: dict, png: Path) -> None:
@@ -309,7 +311,8 @@ def plot(result: dict, png: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
     p.add_argument("--model", default="models/icu-vitals.onnx")
     p.add_argument("--streams", type=int, default=200, help="beds publishing at once")
     p.add_argument("--rates", default="200,500,1000,2000,3000,4000,6000", help="total readings/s to step through")
@@ -330,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     per_stream_max = max(rates + [args.soak_rate or 0]) / args.streams
     total_steps = int(per_stream_max * (args.step_seconds * len(rates) + args.soak_seconds)) + 10
     series = synthetic_streams(card, args.streams, total_steps)
-    result = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    result = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
+              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "machine": {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
                           "load_average_at_start": os.getloadavg()},
               "model": {"path": args.model, "name": card.name, "window": card.window, "channels": len(card.channels)},
@@ -343,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             t0, start, best = float(int(time.time())), 0, None
             for rate in rates:
-                step, start = run_step(rig, series, t0, start, rate, args.step_seconds, args.max_drain, args.max_latency)
+                step, start = run_step(rig, series, t0, start, rate, args.step_seconds, args.max_drain,
+                                       args.max_latency)  # fmt: skip
                 result["steps"].append(asdict(step))
                 print(json.dumps(asdict(step)), flush=True)
                 if not step.passed:
