@@ -12,9 +12,9 @@ classified by its shape, so state added to the monitor later moves with its stre
   models or settings and are refused), copied to every new one. Two fields of a JSON setting are not settings:
   ``names`` (the stream ids, in the window store's setting ``windows/config``) are rebuilt, and ``counters``
   (running event totals) restart at zero after a merge, as after any fresh start;
-- a 1-d integer array ``P/..._stream`` of stream indices makes an entry table: the arrays beside it with the same prefix
-  (e.g. ``windows/pending_step`` beside ``windows/pending_stream``) hold one row per entry, and move with the
-  entry's stream;
+- a 1-d integer array ``P/..._stream`` of stream indices makes an entry table: the arrays beside it with the same
+  prefix (e.g. ``windows/pending_step`` beside ``windows/pending_stream``) hold one row per entry, and move with
+  the entry's stream;
 - any other array must have one row per stream (first dimension = the number of streams) and moves with its
   stream; a key that fits none of these is refused with its name, rather than guessed.
 """

@@ -42,7 +42,8 @@ def shard_daemon(broker: Broker, model: Path, folder: Path, shard: str, **sectio
     i = shard.split("/")[0]
     tables = daemon_tables(broker, model, folder, **sections)
     tables["monitor"]["shard"] = shard
-    tables["topics"].update(scores=f"trep-edge/scores/shard{i}/{{stream}}", alerts=f"trep-edge/alerts/shard{i}/{{stream}}")
+    tables["topics"].update(scores=f"trep-edge/scores/shard{i}/{{stream}}",
+                            alerts=f"trep-edge/alerts/shard{i}/{{stream}}")
     tables["http"]["port"] = free_port()
     return DaemonProcess(folder, tables)
 

@@ -127,4 +127,5 @@ def test_greengrass_recipe_uses_only_configuration_it_declares():
     declared = recipe["ComponentConfiguration"]["DefaultConfiguration"]
     script = recipe["Manifests"][0]["Lifecycle"]["Run"]["Script"]
     assert set(re.findall(r"\{configuration:/(\w+)\}", script)) <= set(declared)
-    assert "--shard {configuration:/shard}" in script and recipe["Manifests"][0]["Lifecycle"]["Run"]["RequiresPrivilege"] is False
+    assert "--shard {configuration:/shard}" in script
+    assert recipe["Manifests"][0]["Lifecycle"]["Run"]["RequiresPrivilege"] is False

@@ -50,15 +50,16 @@ def scale_out(tmp_path_factory, univariate_model, ucr_series):
     broker = Broker(folder / "broker")
     broker.start()
     old = [shard_daemon(broker, univariate_model, folder / f"old{i}", f"{i}/3") for i in range(3)]
+    resharded = folder / "resharded"
     new = [shard_daemon(broker, univariate_model, folder / f"new{i}", f"{i}/2",
-                        state={"path": str(folder / "resharded" / f"shard-{i}-of-2.npz")}) for i in range(2)]  # fmt: skip
+                        state={"path": str(resharded / f"shard-{i}-of-2.npz")}) for i in range(2)]  # fmt: skip
     collector = None
     t0 = float(int(time.time()))
     try:
         collector = Collector(broker.port, ["trep-edge/scores/#", "trep-edge/alerts/#"])
         first = _run_phase(broker, old, collector, series, t0, 0, SWITCH)
         code = main(["reshard", *(str(d.folder / "state.npz") for d in old), "--to", "2",
-                     "--out", str(folder / "resharded")])  # fmt: skip
+                     "--out", str(resharded)])  # fmt: skip
         assert code == 0
         second = _run_phase(broker, new, collector, series, t0, SWITCH, None)
         scores, alerts = received(collector, "scores", t0), received(collector, "alerts", t0)

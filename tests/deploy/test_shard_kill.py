@@ -47,8 +47,9 @@ def test_a_killed_shard_resumes_warm_and_the_others_are_unaffected(tmp_path, bro
         feeder.start()
         victim = shards[KILLED]
         try:
-            out.wait_for(lambda c: sum(m.json()["state"] == "cleared" for m in c.select(f"trep-edge/alerts/shard{KILLED}/"))
-                         >= len(owned[KILLED]), what="the killed shard's first clears")  # fmt: skip
+            clears = f"trep-edge/alerts/shard{KILLED}/"
+            out.wait_for(lambda c: sum(m.json()["state"] == "cleared" for m in c.select(clears)) >= len(owned[KILLED]),
+                         what="the killed shard's first clears")  # fmt: skip
             before = victim.metrics()["trep_edge_checkpoints_total"]
             deadline = time.monotonic() + 5
             while victim.metrics()["trep_edge_checkpoints_total"] < before + 1 and time.monotonic() < deadline:
