@@ -15,7 +15,7 @@ from the stored window (``rebuild``); it is also saved with the monitor's checkp
 Public API (used by ``runtime/monitor.py``, ``runtime/engine.py`` and ``bench/throughput.py``):
 
 - ``StepGraph(session)``: an onnxruntime session of a step graph and its ``StepLayout``.
-- ``StepEngine(graph, card, max_rows=256)``: ``add_streams(n)``, ``remove_streams(idx)``, ``invalidate(idx)``,
+- ``StepEngine(graph, card, max_rows=512)``: ``add_streams(n)``, ``remove_streams(idx)``, ``invalidate(idx)``,
   ``valid [S] bool``, ``last_step [S] int64``, ``advance(idx, values, steps) -> (z_unmasked, z_masked)`` (at most
   one step per stream, each stream's next step), ``rebuild(idx, history, end_steps)`` (feed windows ``[S, H, C]``
   ending at ``end_steps`` from a zero state), ``state_bytes_per_stream``, ``state_dict()`` /
@@ -77,7 +77,7 @@ class StepGraph:
         self._outputs = [o.name for o in session.get_outputs()]
         self._taps = [f"tap{j}" for j in range(len(self.layout.dilations))]
 
-    def run(self, x: np.ndarray, t: np.ndarray, taps: list[np.ndarray], max_rows: int = 256) -> list[np.ndarray]:
+    def run(self, x: np.ndarray, t: np.ndarray, taps: list[np.ndarray], max_rows: int = 512) -> list[np.ndarray]:
         """``[z_unmasked, z_masked, push_0, …]`` for ``x [S, C]``, ``t [S]`` and taps ``[S, K−1, width_j]``.
 
         Rows go in chunks of at most ``max_rows`` so that a chunk's activations stay in cache
@@ -94,7 +94,7 @@ class StepGraph:
 class StepEngine:
     """Per-stream state of a causal model and the step graph that advances it (module docstring)."""
 
-    def __init__(self, graph: StepGraph, card: ModelCard, max_rows: int = 256) -> None:
+    def __init__(self, graph: StepGraph, card: ModelCard, max_rows: int = 512) -> None:
         conv = parse_time_index(card.time_index)
         if conv.kind == "relative" and card.time_embedding != "none":
             raise ValueError(f"model {card.name} uses a relative time index: its time embedding moves with the window, "
