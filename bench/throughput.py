@@ -4,11 +4,13 @@
 
 Rows: (1) the reference protocol, PyTorch eager, each reading's two windows encoded one at a time (batch 1, one
 torch thread; the baseline); (2) onnxruntime, full graph, all streams and both mask variants in one run per tick;
-(3) onnxruntime, the pruned ``last_step`` graph, same batching; (4) the incremental causal ``step`` engine
+(3) onnxruntime, the pruned ``last_step`` graph, same batching, and ``pruned_pair`` (each window once, the masked
+twin sharing all but the positions the masked step reaches); (4) the incremental causal ``step`` engine
 (runtime/step_engine.py), one step per stream per tick, when the causal variant can be exported. Each row is
-reported for 1, 100 and 1000 streams as scored readings/s, ms per tick (mean, p99), peak RSS of its own process, per-stream state bytes, its
-ratio to the baseline, and the fraction of this machine's peak FLOP/s (measured here with a large float32 matrix
-product; FLOPs per reading counted from the layer shapes and the positions each engine computes).
+reported for 1, 100 and 1000 streams as scored readings/s, ms per tick (mean, p99), peak RSS of its own
+process, per-stream state bytes, its ratio to the baseline, and the fraction of this machine's peak FLOP/s
+(measured here with a large float32 matrix product; FLOPs per reading counted from the layer shapes and the
+positions each engine computes).
 
 The weights are random (seeded): speed does not depend on training. Every stream replays the same real series
 (UCR-anomaly 135, prepared with its own mean/std) from its own offset; a tick gives every stream one new reading.
@@ -37,7 +39,7 @@ SERIES = "UCR_Anomaly/135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
 WINDOW = 201
 PAPER = dict(repr_dims=128, hidden_dims=128, depth=10, time_embedding="time2vec", time_embedding_dims=32)
 PERIOD = 10_000
-ENGINES = ("baseline", "full", "last_step", "step")
+ENGINES = ("baseline", "full", "last_step", "pruned_pair", "step")
 
 
 # -- models ----------------------------------------------------------------------------------------------------------
@@ -91,15 +93,20 @@ def flops_per_window(encoder, positions: list[tuple[int, int, int]], projected: 
 
 def flops_per_reading(encoder, engine: str) -> int:
     """FLOPs one scored reading costs: two windows (unmasked, masked), or two steps for the incremental engine."""
-    from trep_edge.training.pruned_graph import position_plan
+    from trep_edge.training.pruned_graph import masked_plan, position_plan
+
+    def pruned(plans) -> list[tuple[int, int, int]]:
+        return [(len(p.middle), len(p.outputs), len(p.outputs)) for p in plans]
 
     blocks = len(encoder.blocks)
     if engine in ("baseline", "full"):
         return 2 * flops_per_window(encoder, [(WINDOW, WINDOW, WINDOW)] * blocks, WINDOW)
+    plans = position_plan(encoder, WINDOW)
+    one = flops_per_window(encoder, pruned(plans), len(plans[0].inputs))
     if engine == "last_step":
-        plans = position_plan(encoder, WINDOW)
-        sizes = [(len(p.middle), len(p.outputs), len(p.outputs)) for p in plans]
-        return 2 * flops_per_window(encoder, sizes, len(plans[0].inputs))
+        return 2 * one
+    if engine == "pruned_pair":  # the masked twin recomputes only what the masked step reaches
+        return one + flops_per_window(encoder, pruned(masked_plan(encoder, WINDOW)), 0)
     # The step graph computes each conv's K−1 history taps once for both variants and only the current tap twice.
     k = encoder.blocks[0].conv1.kernel_size[0]
     both = 2 * flops_per_window(encoder, [(1, 1, 1)] * blocks, 1)

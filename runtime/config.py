@@ -129,8 +129,8 @@ class ModelConfig:
     providers: str = _doc("onnxruntime execution providers: auto, or a comma list of tensorrt, cuda, cpu", "auto")
     threads: int = _doc("onnxruntime intra-op threads (0 = onnxruntime's default)", 0)
     engine: str = _doc("how the last-step pair is computed: auto (the fastest engine the model carries that "
-                       "matches its full graph to 1e-5), or force full, last_step or step (refused if the model "
-                       "lacks it)", "auto")  # fmt: skip
+                       "matches its full graph to 1e-5), or force full, last_step, pruned_pair or step (refused "
+                       "if the model lacks it)", "auto")  # fmt: skip
     watch: bool = _doc("reload when the model file changes (mtime or sha256), as on SIGHUP", True)
     watch_interval: float = _doc("seconds between checks of the model file", 2.0)
 

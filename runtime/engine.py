@@ -139,12 +139,14 @@ def last_step_pair(
     return z[:s, -1], z[s:, -1]
 
 
-def run_chunked(session: ort.InferenceSession, output: str, feeds: dict[str, np.ndarray], max_rows: int) -> np.ndarray:
-    """One output of ``session`` over the batch, in chunks of at most ``max_rows`` rows (bounds peak memory)."""
+def run_chunked(
+    session: ort.InferenceSession, outputs: list[str], feeds: dict[str, np.ndarray], max_rows: int
+) -> list[np.ndarray]:
+    """``outputs`` of ``session`` over the batch, in chunks of at most ``max_rows`` rows (bounds peak memory)."""
     rows = len(next(iter(feeds.values())))
-    out = [session.run([output], {k: v[i : i + max_rows] for k, v in feeds.items()})[0]
-           for i in range(0, rows, max_rows)]  # fmt: skip
-    return np.concatenate(out, axis=0)
+    parts = [session.run(outputs, {k: v[i : i + max_rows] for k, v in feeds.items()})
+             for i in range(0, rows, max_rows)]  # fmt: skip
+    return [np.concatenate(out, axis=0) for out in zip(*parts)]
 
 
 def seconds_per_window(
@@ -203,16 +205,38 @@ class LastStepGraph(Candidate):
         """See ``Candidate.pair``."""
         x, mask, t = pair_inputs(self.engine.convention, windows, starts)
         session = self.engine.graphs[self.name]
-        z = run_chunked(session, "z_last", {"x": x, "mask": mask, "t": t}, self.engine.max_rows)
+        z = run_chunked(session, ["z_last"], {"x": x, "mask": mask, "t": t}, self.engine.max_rows)[0]
         return z[: len(windows)], z[len(windows) :]
+
+
+class PrunedPairGraph(Candidate):
+    """The embedded ``pruned_pair`` graph: each window once, both last-step representations out.
+
+    The masked twin recomputes only the positions the masked step reaches and shares the rest with the unmasked
+    pass (training/pruned_graph.py), so a reading costs little more than one pruned window.
+    """
+
+    name = "pruned_pair"
+
+    def __init__(self, session: ort.InferenceSession, engine: "Engine") -> None:
+        self.engine = engine  # the session is engine.graphs["pruned_pair"]
+
+    def pair(self, windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """See ``Candidate.pair``."""
+        s, w, _ = windows.shape
+        feeds = {"x": np.ascontiguousarray(windows, dtype=np.float32), "mask": np.ones((s, w), dtype=bool),
+                 "t": time_index(self.engine.convention, starts, w)}  # fmt: skip
+        zu, zm = run_chunked(self.engine.graphs[self.name], ["z_unmasked", "z_masked"], feeds, self.engine.max_rows)
+        return zu, zm
 
 
 CANDIDATES: dict[str, Callable[[ort.InferenceSession, "Engine"], Candidate]] = {
     "last_step": LastStepGraph,
+    "pruned_pair": PrunedPairGraph,
     "step": StepCandidate,  # type: ignore[dict-item]  # duck-typed: step_engine does not import this module
 }
 """Embedded graph name → the candidate that runs it. See the module docstring for adding the ``step`` engine."""
-ENGINE_CHOICES = ("auto", "full", "last_step", "step")
+ENGINE_CHOICES = ("auto", "full", "last_step", "pruned_pair", "step")
 EXACT_TOLERANCE = 1e-5
 
 
@@ -254,7 +278,7 @@ class Engine:
 
     def encode(self, x: np.ndarray, mask: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Run the full graph on ``[B, T, C]`` in chunks of at most ``max_rows`` rows."""
-        return run_chunked(self.session, "z", {"x": x, "mask": mask, "t": t}, self.max_rows)
+        return run_chunked(self.session, ["z"], {"x": x, "mask": mask, "t": t}, self.max_rows)[0]
 
     def last_step_pair(self, windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Last-step representations of ``windows [S, W, C]`` unmasked and masked, by the selected engine."""

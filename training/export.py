@@ -26,7 +26,7 @@ from trep_edge.runtime.scoring import Calibration, adjust_scores, calibrate, sco
 from trep_edge.runtime.time_index import parse_time_index, time_index
 
 from .encoder import TRepEncoder
-from .pruned_graph import last_step_graph
+from .pruned_graph import last_step_graph, pruned_pair_graph
 from .step_graph import step_graph
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,11 @@ def export_graph(encoder: TRepEncoder, path: Path, opset: int = OPSET) -> None:
 
 
 GraphBuilder = Callable[[TRepEncoder, int], "bytes | None"]
-GRAPH_BUILDERS: dict[str, GraphBuilder] = {"last_step": last_step_graph, "step": step_graph}
+GRAPH_BUILDERS: dict[str, GraphBuilder] = {
+    "last_step": last_step_graph,
+    "pruned_pair": pruned_pair_graph,
+    "step": step_graph,
+}
 """Extra graphs embedded in every exported model: name → builder(encoder, window) returning ONNX bytes, or None
 when the graph does not apply to this encoder. Register a new variant here with one line."""
 

@@ -53,15 +53,17 @@ def wrong_graph(univariate_model) -> bytes:
 
 def test_an_exported_model_carries_a_verified_last_step_graph(univariate_model):
     engine = load_engine(univariate_model, "cpu")
-    assert set(engine.card.graphs) == {"last_step"} and set(engine.graphs) == {"last_step"}
+    graphs = {"last_step", "pruned_pair"}  # no "step": this is not a causal model
+    assert set(engine.card.graphs) == graphs and set(engine.graphs) == graphs
     entry = engine.card.graphs["last_step"]
     assert entry["window"] == engine.card.window and len(entry["sha256"]) == 64
     assert engine.candidates["last_step"].startswith("exact (max |Δz|")
-    assert engine.selected in ("full", "last_step")
+    assert engine.candidates["pruned_pair"].startswith("exact (max |Δz|")
+    assert engine.selected in ("full", *graphs)
     assert engine.selection_reason.startswith(f"fastest exact engine: {engine.selected}")
     status = engine.status
     assert status["engine"] == engine.selected and "ms/window" in status["engine_reason"]
-    assert set(status["engine_candidates"]) == {"full", "last_step"}
+    assert set(status["engine_candidates"]) == {"full", *graphs}
     # The sidecar lists the graph too, but its bytes travel only inside the model file.
     assert json.loads(sidecar_path(univariate_model).read_text())["graphs"] == engine.card.graphs
 
@@ -69,19 +71,22 @@ def test_an_exported_model_carries_a_verified_last_step_graph(univariate_model):
 def test_forced_engines_compute_the_same_pair_on_real_windows(univariate_model, ucr_series):
     full = load_engine(univariate_model, "cpu", engine="full")
     pruned = load_engine(univariate_model, "cpu", engine="last_step")
-    assert (full.selected, pruned.selected) == ("full", "last_step")
+    pair = load_engine(univariate_model, "cpu", engine="pruned_pair")
+    assert (full.selected, pruned.selected, pair.selected) == ("full", "last_step", "pruned_pair")
     assert pruned.selection_reason == "forced by model.engine = last_step"
     values = prepare(full, ucr_series.values[:700, None])
     windows = np.ascontiguousarray(sliding_windows(values, full.card.window)[::5])
     windows[3, -1] = np.nan
     starts = np.arange(len(windows), dtype=np.int64) * 5
-    for a, b in zip(full.last_step_pair(windows, starts), pruned.last_step_pair(windows, starts)):
-        assert a.shape == b.shape == (len(windows), full.card.repr_dims)
-        assert float(np.nanmax(np.abs(a - b))) <= 1e-5
+    reference = full.last_step_pair(windows, starts)
+    for other in (pruned, pair):
+        for a, b in zip(reference, other.last_step_pair(windows, starts)):
+            assert a.shape == b.shape == (len(windows), full.card.repr_dims)
+            assert float(np.nanmax(np.abs(a - b))) <= 1e-5
 
 
 def test_forcing_an_engine_the_model_lacks_is_refused_with_what_to_do(univariate_model):
-    with pytest.raises(ValueError, match=r"model.engine = step cannot be used .*no 'step' graph .*last_step"):
+    with pytest.raises(ValueError, match=r"model.engine = step cannot be used .*no 'step' graph .*last_step, pruned"):
         load_engine(univariate_model, "cpu", engine="step")
     with pytest.raises(ValueError, match="engine 'fast' is unknown"):
         load_engine(univariate_model, "cpu", engine="fast")
@@ -145,7 +150,7 @@ def test_a_graph_whose_bytes_differ_from_the_card_is_not_loaded(univariate_model
     entry.value = base64.b64encode(wrong_graph).decode()
     onnx.save(model, str(model_path))
     engine = load_engine(model_path, "cpu")
-    assert engine.graphs == {} and engine.selected == "full"
+    assert "last_step" not in engine.graphs and engine.selected != "last_step"
     assert engine.candidates["last_step"] == "refused: its bytes do not match the sha256 in the card"
 
 
@@ -192,7 +197,7 @@ def test_precision_variants_carry_only_the_full_graph(univariate_model, ucr_seri
 def test_model_engine_setting_is_checked():
     assert load_config(None, env={}).model.engine == "auto"
     assert load_config(None, env={"TREP_EDGE_MODEL_ENGINE": "last_step"}).model.engine == "last_step"
-    with pytest.raises(ConfigError, match="model.engine must be one of auto, full, last_step, step, got 'fast'"):
+    with pytest.raises(ConfigError, match="model.engine must be one of auto, full, last_step, pruned_pair, step, got"):
         load_config(None, env={"TREP_EDGE_MODEL_ENGINE": "fast"})
 
 

@@ -5,7 +5,15 @@ import pytest
 import torch
 
 from trep_edge.training.encoder import EncoderConfig, TRepEncoder
-from trep_edge.training.pruned_graph import LastStepEncoder, conv_positions, last_step_graph, position_plan
+from trep_edge.training.pruned_graph import (
+    LastStepEncoder,
+    PrunedPairEncoder,
+    conv_positions,
+    last_step_graph,
+    masked_plan,
+    position_plan,
+    pruned_pair_graph,
+)
 
 SMALL = dict(repr_dims=8, hidden_dims=12, depth=5, time_embedding_dims=6)
 
@@ -34,6 +42,8 @@ def test_paper_size_window_201_computes_about_7x_fewer_conv_positions():
     assert (pruned, full) == (616, 4422) and full / pruned > 7
     # Dilations 256..1024 reach only outside the window from its last step: those blocks compute one position.
     assert [len(p.outputs) for p in position_plan(encoder, 201)[-3:]] == [1, 1, 1]
+    # Masking the last step changes 43 of those 616 positions: all the pair graph computes twice.
+    assert sum(len(p.middle) + len(p.outputs) for p in masked_plan(encoder, 201)) == 43
 
 
 @pytest.mark.parametrize("time_embedding", ["time2vec", "mlp", "rbf", "none"])
@@ -61,8 +71,14 @@ def test_causal_encoder_last_step_equals_full_graph_last_step():
     first = position_plan(encoder, 41)[0].inputs
     assert (first[0], first[-1]) == (41 - receptive_field(dilations), 40)
     x, mask, t = _inputs(4, 41)
+    masked = mask.clone()
+    masked[:, -1] = False
     with torch.no_grad():
-        assert float((pruned(x, mask, t) - encoder(x, mask, t)[:, -1]).abs().max()) <= 1e-5
+        full = encoder(x, mask, t)[:, -1]
+        assert float((pruned(x, mask, t) - full).abs().max()) <= 1e-5
+        zu, zm = PrunedPairEncoder(encoder, 41).eval()(x, mask, t)
+        assert float((zu - full).abs().max()) <= 1e-5
+        assert float((zm - encoder(x, masked, t)[:, -1]).abs().max()) <= 1e-5
 
 
 def test_a_nan_last_step_equals_a_masked_last_step():
@@ -78,10 +94,27 @@ def test_a_nan_last_step_equals_a_masked_last_step():
         assert not torch.allclose(pruned(x, mask, t), pruned(x, masked, t), atol=1e-6)
 
 
+@pytest.mark.parametrize("time_embedding", ["time2vec", "mlp", "rbf", "none"])
+@pytest.mark.parametrize("window", [2, 23, 64])
+def test_pair_equals_full_graph_unmasked_and_with_the_last_step_masked(time_embedding, window):
+    encoder = _encoder(time_embedding)
+    pair = PrunedPairEncoder(encoder, window).eval()
+    x, mask, t = _inputs(6, window, seed=window)
+    mask[:, -1] = True
+    x[1, -1] = float("nan")  # a missing last reading: both variants equal the masked one
+    masked = mask.clone()
+    masked[:, -1] = False
+    with torch.no_grad():
+        zu, zm = pair(x, mask, t)
+        assert float((zu - encoder(x, mask, t)[:, -1]).abs().max()) <= 1e-5
+        assert float((zm - encoder(x, masked, t)[:, -1]).abs().max()) <= 1e-5
+    assert float((zu - zm)[0].abs().max()) > 1e-4 and float((zu - zm)[1].abs().max()) <= 1e-6
+
+
 def test_wrong_window_length_is_refused():
-    pruned = LastStepEncoder(_encoder("none"), 16)
-    with pytest.raises(ValueError, match="windows of 16 steps, got 15"):
-        pruned(*_inputs(1, 15))
+    for graph in (LastStepEncoder, PrunedPairEncoder):
+        with pytest.raises(ValueError, match="windows of 16 steps, got 15"):
+            graph(_encoder("none"), 16)(*_inputs(1, 15))
 
 
 @pytest.mark.parametrize("time_embedding", ["time2vec", "mlp", "rbf", "none"])
@@ -97,3 +130,20 @@ def test_onnx_last_step_graph_equals_torch_full_graph(time_embedding):
         got = session.run(["z_last"], {"x": x.numpy(), "mask": mask.numpy(), "t": t.numpy()})[0]
         assert got.shape == (batch, SMALL["repr_dims"])
         assert float(np.max(np.abs(got - expected))) <= 1e-5
+
+
+@pytest.mark.parametrize("time_embedding", ["time2vec", "none"])
+def test_onnx_pair_graph_equals_torch_full_graph(time_embedding):
+    window = 40
+    encoder = _encoder(time_embedding, seed=4, depth=3)
+    session = ort.InferenceSession(pruned_pair_graph(encoder, window), providers=["CPUExecutionProvider"])
+    assert [o.name for o in session.get_outputs()] == ["z_unmasked", "z_masked"]
+    for batch in (1, 7):
+        x, mask, t = _inputs(batch, window, seed=batch)
+        mask[:, -1] = True
+        masked = mask.clone()
+        masked[:, -1] = False
+        zu, zm = session.run(None, {"x": x.numpy(), "mask": mask.numpy(), "t": t.numpy()})
+        with torch.no_grad():
+            assert float(np.max(np.abs(zu - encoder(x, mask, t)[:, -1].numpy()))) <= 1e-5
+            assert float(np.max(np.abs(zm - encoder(x, masked, t)[:, -1].numpy()))) <= 1e-5
