@@ -6,6 +6,7 @@ import pytest
 
 from trep_edge.runtime.engine import load_engine, probe_windows
 from trep_edge.runtime.monitor import Monitor
+from trep_edge.runtime.offline import prepare, raw_scores
 from trep_edge.runtime.payloads import Reading
 from trep_edge.runtime.scoring import Calibration
 from trep_edge.runtime.step_engine import StepEngine, StepGraph
@@ -45,6 +46,15 @@ def test_the_causal_model_carries_an_exact_step_graph(causal_model):
     assert step.status["engine"] == "step"
     for ours, reference in zip(step.last_step_pair(windows, starts), full.last_step_pair(windows, starts)):
         np.testing.assert_allclose(ours, reference, atol=1e-5)
+
+
+def test_offline_scores_through_the_step_engine_equal_the_full_graph(engines, ucr_series):
+    step, full = engines
+    values = prepare(full, ucr_series.values[:700].reshape(-1, 1))
+    values[[100, 350, 351]] = np.nan  # missing steps inside the sliding windows
+    ours, reference = raw_scores(step, values, start=T0), raw_scores(full, values, start=T0)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(reference))
+    np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=0)
 
 
 def test_state_bytes_follow_the_ring_lengths(engines):
