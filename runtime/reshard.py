@@ -195,7 +195,14 @@ def reshard_files(paths: Sequence[str | Path], count: int, out_dir: str | Path, 
     if count < 1:
         raise ValueError(f"--to must be >= 1 shard, got {count}")
     paths = [Path(p) for p in paths]
-    loaded = [load_checkpoint(p) for p in paths]
+    loaded = []
+    for path in paths:
+        try:
+            loaded.append(load_checkpoint(path))
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # numpy and json raise several kinds for a file that is not a checkpoint
+            raise ValueError(f"{path} is not a readable trep-edge checkpoint (a daemon's [state] path): {exc}") from exc
     metas = [meta for _, meta in loaded]
     _check_layout(metas, paths, allow_missing)
     parts = reshard([state for state, _ in loaded], [str(p) for p in paths], count)

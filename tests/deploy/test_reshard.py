@@ -150,6 +150,9 @@ def test_reshard_command_wants_every_old_shard_once(tmp_path, vitals_model, caps
     assert "no checkpoint given for shard(s) 2/3" in capsys.readouterr().err
     assert main(["reshard", str(paths[0]), str(paths[0]), "--to", "2", "--out", out]) == 2
     assert "are both shard 0/3" in capsys.readouterr().err
+    (tmp_path / "notes.npz").write_text("not a checkpoint")
+    assert main(["reshard", str(tmp_path / "notes.npz"), "--to", "2", "--out", out]) == 2
+    assert "notes.npz is not a readable trep-edge checkpoint" in capsys.readouterr().err
     assert main(["reshard", str(paths[0]), str(paths[1]), "--to", "1", "--out", out, "--allow-missing"]) == 0
     state, _ = load_checkpoint(tmp_path / "new" / "shard-0-of-1.npz")
     assert stream_names(state) == ["a", "b"]
