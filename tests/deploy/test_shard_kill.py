@@ -50,11 +50,7 @@ def test_a_killed_shard_resumes_warm_and_the_others_are_unaffected(tmp_path, bro
             clears = f"trep-edge/alerts/shard{KILLED}/"
             out.wait_for(lambda c: sum(m.json()["state"] == "cleared" for m in c.select(clears)) >= len(owned[KILLED]),
                          what="the killed shard's first clears")  # fmt: skip
-            before = victim.metrics()["trep_edge_checkpoints_total"]
-            deadline = time.monotonic() + 5
-            while victim.metrics()["trep_edge_checkpoints_total"] < before + 1 and time.monotonic() < deadline:
-                time.sleep(0.02)
-            victim.stop(signal.SIGKILL)
+            victim.kill_after_checkpoint()
             time.sleep(0.5)  # what the dead shard had published reaches the collector
             first_run = len(out.select(f"trep-edge/scores/shard{KILLED}/"))
             state, _ = load_checkpoint(victim.folder / "state.npz")

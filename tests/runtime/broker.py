@@ -393,6 +393,14 @@ class DaemonProcess:
         code, self.proc = stop_process(self.proc, sig, timeout), None
         return code
 
+    def kill_after_checkpoint(self, timeout: float = 5.0) -> None:
+        """SIGKILL the daemon just after its next checkpoint (or after ``timeout``): a crash with a known state."""
+        before = self.metrics()["trep_edge_checkpoints_total"]
+        deadline = time.monotonic() + timeout
+        while self.metrics()["trep_edge_checkpoints_total"] < before + 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.stop(signal.SIGKILL)
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 

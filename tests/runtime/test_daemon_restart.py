@@ -10,7 +10,6 @@ alert changes must equal the offline reference.
 """
 from __future__ import annotations
 
-import signal
 import threading
 import time
 
@@ -56,11 +55,7 @@ def test_sigkilled_daemon_resumes_from_its_checkpoint_without_warmup_or_duplicat
         # Kill after the second episode's clear has made it into a checkpoint, well before the next spike.
         out.wait_for(lambda c: sum(m.json()["state"] == "cleared" for m in c.select("trep-edge/alerts/bedside")) >= 2,
                      what="the second episode's clear")  # fmt: skip
-        checkpoints = daemon.metrics()["trep_edge_checkpoints_total"]
-        deadline = time.monotonic() + 5
-        while daemon.metrics()["trep_edge_checkpoints_total"] < checkpoints + 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        daemon.stop(signal.SIGKILL)
+        daemon.kill_after_checkpoint()
         time.sleep(0.5)  # let the broker deliver what the dead daemon had already published
         before_restart = len(out.select("trep-edge/scores/bedside"))
         status = out.wait_for(lambda c: c.select("trep-edge/status/")[-1].json()["state"] == "offline"
