@@ -214,7 +214,8 @@ def export(args: argparse.Namespace) -> int:
         if data.channels != card.channels:
             raise ValueError(f"calibration data has channels {data.channels}, the model {card.channels}")
         series = [s for s in map(_trim_padding, data.x) if len(s) > 1]
-    engine = export_encoder(encoder, card, out, series, args.calibration_steps)
+    names = None if args.graphs is None else [n.strip() for n in args.graphs.split(",") if n.strip() not in ("", "none")]
+    engine = export_encoder(encoder, card, out, series, args.calibration_steps, names)
     summary = {"model": str(out), "card": str(out.with_suffix("")) + ".card.json", "sha256": engine.sha256,
                "calibration": None if engine.card.calibration is None else engine.card.calibration.to_dict(),
                "bytes": out.stat().st_size}

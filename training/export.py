@@ -88,9 +88,17 @@ GRAPH_BUILDERS: dict[str, GraphBuilder] = {
 when the graph does not apply to this encoder. Register a new variant here with one line."""
 
 
-def build_graphs(encoder: TRepEncoder, window: int) -> dict[str, bytes]:
-    """Build every registered extra graph that applies to ``encoder`` at this window."""
-    built = {name: build(encoder, window) for name, build in GRAPH_BUILDERS.items()}
+def build_graphs(encoder: TRepEncoder, window: int, names: list[str] | None = None) -> dict[str, bytes]:
+    """Build the registered extra graphs ``names`` (default all) that apply to ``encoder`` at this window.
+
+    Every extra graph stores its own copy of the weights, so a deployment that knows which engine it runs can ship
+    a smaller file by naming only that graph.
+    """
+    unknown = sorted(set(names or []) - set(GRAPH_BUILDERS))
+    if unknown:
+        raise ValueError(f"unknown extra graph(s) {unknown}: choose from {sorted(GRAPH_BUILDERS)}")
+    chosen = GRAPH_BUILDERS if names is None else {n: GRAPH_BUILDERS[n] for n in names}
+    built = {name: build(encoder, window) for name, build in chosen.items()}
     return {name: blob for name, blob in built.items() if blob is not None}
 
 
@@ -280,13 +288,17 @@ def export_encoder(
     out: Path,
     calibration_series: list[np.ndarray] | None,
     max_calibration_steps: int = 4000,
+    graph_names: list[str] | None = None,
 ) -> Engine:
-    """Export, write the card, calibrate on normal series with the runtime's scoring, and reload the result."""
+    """Export, write the card, calibrate on normal series with the runtime's scoring, and reload the result.
+
+    ``graph_names``: the extra graphs to embed (``build_graphs``; default all that apply).
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         staged = Path(tmp) / out.name
         export_graph(encoder, staged)
-        graphs = build_graphs(encoder, card.window)
+        graphs = build_graphs(encoder, card.window, graph_names)
         card.graphs = {name: graph_entry(blob, card.window) for name, blob in graphs.items()}
         write_card(staged, card, graphs)
         if calibration_series:

@@ -100,6 +100,8 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", help="also write reduced-precision variants, e.g. fp16,int8 (kept only if their "
                    "adjusted scores stay within 0.1 sigma at p99 of the fp32 model's; see docs/export.md)")
     p.add_argument("--check", action="store_true", help="compare torch and onnxruntime (max |diff| <= 1e-4, identical alerts); exit 1 if not")
+    p.add_argument("--graphs", help="extra graphs to embed, comma-separated from last_step, pruned_pair, step, or none "
+                   "(default: every one that applies; each stores its own copy of the weights)")
 
 
 def _run_parser(sub: argparse._SubParsersAction) -> None:

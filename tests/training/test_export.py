@@ -162,3 +162,15 @@ def test_engine_scores_both_variants_in_one_run(univariate_model, name):
     zu, zm = engine.last_step_pair(np.zeros((5, w, 1), np.float32), np.zeros(5, np.int64))
     assert calls == [(10, w, 1)]
     assert zu.shape == zm.shape == (5, engine.card.repr_dims)
+
+
+def test_build_graphs_embeds_only_the_named_graphs_and_refuses_unknown_names():
+    from trep_edge.training.encoder import EncoderConfig, TRepEncoder
+    from trep_edge.training.export import build_graphs
+
+    encoder = TRepEncoder(EncoderConfig(input_dims=1, repr_dims=4, hidden_dims=4, depth=1, time_embedding_dims=4)).eval()
+    assert set(build_graphs(encoder, 8)) == {"last_step", "pruned_pair"}  # no step graph for a non-causal encoder
+    assert set(build_graphs(encoder, 8, ["pruned_pair"])) == {"pruned_pair"}
+    assert build_graphs(encoder, 8, []) == {}
+    with pytest.raises(ValueError, match="unknown extra graph.*'pruned'"):
+        build_graphs(encoder, 8, ["pruned"])
