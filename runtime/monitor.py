@@ -175,7 +175,7 @@ class Monitor:
             started = time.perf_counter()
             self._refresh_steps()
             seconds = time.perf_counter() - started
-        batch = self._store.collect(now)
+        batch = self._store.collect(now, with_windows=self._steps is None)
         self._counters["ticks"] += 1
         order = np.argsort(batch.round, kind="stable")
         rounds = np.split(order, np.flatnonzero(np.diff(batch.round[order])) + 1) if len(batch) else []

@@ -116,7 +116,7 @@ class StepBatch:
     round: np.ndarray  # [N] int64, the row's position among its stream's rows in this batch
     complete: np.ndarray  # [N] bool, a reading whose prepared step has every channel
     prepared: np.ndarray  # [N, C] float32, each row's prepared (model input) values, NaN = missing
-    windows: np.ndarray  # [R, W, C] float32, the window ending at each complete row
+    windows: np.ndarray  # [R, W, C] float32, the window ending at each complete row (empty if not asked for)
     starts: np.ndarray  # [R] int64, absolute step index of each window's first step
 
     def __len__(self) -> int:
@@ -309,8 +309,12 @@ class WindowStore:
             ready.append(step)
         return ready
 
-    def collect(self, now: float) -> StepBatch:
-        """Finalise every ready step of every stream and return their rows and the windows to score."""
+    def collect(self, now: float, with_windows: bool = True) -> StepBatch:
+        """Finalise every ready step of every stream and return their rows and the windows to score.
+
+        ``with_windows=False`` leaves ``windows`` empty: the incremental step engine reads ``prepared`` only, and
+        gathering a W-step window per scored row would be most of its tick's memory traffic.
+        """
         nan_row = np.full(len(self.channels), np.nan)
         fields = ("stream", "step", "timestamp", "raw", "reading", "reset", "round", "seg")
         rows: dict[str, list] = {k: [] for k in fields}
@@ -355,12 +359,15 @@ class WindowStore:
 
         if not seg_stream:
             return self._empty_batch()
-        batch = self._prepare(rows, np.array(seg_stream, dtype=np.int64), np.array(seg_from_buf, dtype=bool))
+        batch = self._prepare(rows, np.array(seg_stream, dtype=np.int64), np.array(seg_from_buf, dtype=bool),
+                              with_windows)  # fmt: skip
         self.counters["steps"] += int(batch.reading.sum())
         self.counters["incomplete"] += int((batch.reading & ~batch.complete).sum())
         return batch
 
-    def _prepare(self, rows: dict[str, list], seg_stream: np.ndarray, seg_from_buf: np.ndarray) -> StepBatch:
+    def _prepare(
+        self, rows: dict[str, list], seg_stream: np.ndarray, seg_from_buf: np.ndarray, with_windows: bool
+    ) -> StepBatch:
         """Difference, normalise and window the new rows of all streams at once (segments of consecutive rows)."""
         w, d = self.window, self.order
         seg = np.array(rows["seg"], dtype=np.int64)
@@ -391,7 +398,8 @@ class WindowStore:
         reading = np.array(rows["reading"], dtype=bool)
         complete = reading & ~np.isnan(prepared).any(axis=1)
         step = np.array(rows["step"], dtype=np.int64)
-        windows = ext[prep_pos[complete][:, None] + np.arange(1 - w, 1)]
+        at = prep_pos[complete] if with_windows else prep_pos[:0]
+        windows = ext[at[:, None] + np.arange(1 - w, 1)]
 
         # A stream's last segment holds its newest W prepared and d raw rows: its state for the next collect.
         last = np.flatnonzero(np.append(seg_stream[1:] != seg_stream[:-1], True))

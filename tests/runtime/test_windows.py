@@ -271,3 +271,17 @@ def test_window_config_refuses_nonsense():
         WindowConfig(period=0)
     with pytest.raises(ValueError, match="max_gap"):
         WindowConfig(max_gap=-1)
+
+
+def test_collect_without_windows_gives_the_same_rows_and_state():
+    with_w, without = WindowStore(make_card()), WindowStore(make_card())
+    for store in (with_w, without):
+        for t in range(6):
+            feed(store, "a", t, HR=t, SpO2=2 * t)
+            feed(store, "b", t, HR=-t)  # incomplete steps: prepared but not scored
+    full, lean = with_w.collect(now=0.0), without.collect(now=0.0, with_windows=False)
+    assert full.windows.shape == (6, 4, 2) and lean.windows.shape == (0, 4, 2)
+    for field in dataclasses.fields(full):
+        if field.name != "windows":
+            np.testing.assert_array_equal(getattr(full, field.name), getattr(lean, field.name), err_msg=field.name)
+    np.testing.assert_array_equal(with_w.window_of(0), without.window_of(0))
