@@ -18,6 +18,10 @@ METADATA_KEY = "trep_edge.card"
 GRAPH_KEY_PREFIX = "trep_edge.graph."
 TIME_EMBEDDINGS = ("time2vec", "mlp", "rbf", "none")
 PRECISIONS = ("fp32", "fp16", "int8")
+SCALINGS = ("card", "stream")
+"""``card``: the card's fixed per-channel normalisation; ``stream``: each stream/channel learns its own online."""
+CHANNEL_MODES = ("fixed", "independent")
+"""``fixed``: the card's channels in its order; ``independent``: a univariate model applied to every channel."""
 
 
 class ModelCardError(ValueError):
@@ -55,16 +59,22 @@ class ModelCard:
     weights_sha256: str = ""
     precision: str = "fp32"
     graphs: dict = field(default_factory=dict)
+    scaling: str = "card"
+    channel_mode: str = "fixed"
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
         """Canonical JSON text (sorted keys), identical in the ONNX metadata and the sidecar file.
 
-        ``graphs`` is left out when empty, so a card without extra graphs keeps the text older runtimes wrote.
+        ``graphs``, ``scaling`` and ``channel_mode`` are left out at their defaults, so a card without them keeps
+        the text (and the sha256-compared identity) older runtimes wrote.
         """
         data = asdict(self)
         if not self.graphs:
             del data["graphs"]
+        for key, default in (("scaling", "card"), ("channel_mode", "fixed")):
+            if data[key] == default:
+                del data[key]
         return json.dumps(data, sort_keys=True, indent=2)
 
     @classmethod
@@ -133,6 +143,12 @@ class ModelCard:
             problems.append("scoring.z must be ≥ 1 and scoring.delay ≥ 0")
         if self.calibration is not None and not self.calibration.sigma >= 0:
             problems.append("calibration.sigma must be ≥ 0")
+        if self.scaling not in SCALINGS:
+            problems.append(f"scaling {self.scaling!r} is not one of {SCALINGS}")
+        if self.channel_mode not in CHANNEL_MODES:
+            problems.append(f"channel_mode {self.channel_mode!r} is not one of {CHANNEL_MODES}")
+        elif self.channel_mode == "independent" and self.input_dims != 1:
+            problems.append(f"channel_mode 'independent' needs a univariate model (input_dims 1), got {self.input_dims}")
         problems += _graph_problems(self.graphs)
         if problems:
             raise ModelCardError(f"{source} is invalid: " + "; ".join(problems))
