@@ -1,14 +1,20 @@
 """The streaming protocol run over a whole recorded series: every step scored exactly as the daemon would.
 
-Used by export calibration, ``trep-edge score`` and the evaluations, so offline numbers and the daemon's come
-from the same windows, the same engine call and the same scoring functions.
+Used by export calibration, ``trep-edge score``, the detection benchmark and the evaluations, so offline numbers
+and the daemon's come from the same windows, the same per-stream scaling, the same engine call and the same
+detector. ``encode_recording`` does the model's part (cacheable); ``detect_recording`` runs ``detector.Detector``
+over it one reading at a time, as the monitor does.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
 
+from .detector import Detector, DetectorConfig
 from .engine import Engine
-from .preprocess import Normalisation, difference, forward_fill
+from .preprocess import Normalisation, StreamScaler, difference, forward_fill, scale_windows
 from .scoring import raw_score
 
 
@@ -30,20 +36,114 @@ def sliding_windows(values: np.ndarray, window: int) -> np.ndarray:
     return np.lib.stride_tricks.sliding_window_view(padded, window, axis=0).transpose(0, 2, 1)
 
 
+def _pairs(engine: Engine, windows: np.ndarray, start: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unmasked and masked last-step representations of every window, in batches of ``batch``."""
+    w = engine.card.window
+    zu = np.empty((len(windows), engine.card.repr_dims), dtype=np.float32)
+    zm = np.empty_like(zu)
+    for lo in range(0, len(windows), batch):
+        chunk = np.ascontiguousarray(windows[lo : lo + batch])
+        starts = start + np.arange(lo, lo + len(chunk), dtype=np.int64) - (w - 1)
+        zu[lo : lo + len(chunk)], zm[lo : lo + len(chunk)] = engine.last_step_pair(chunk, starts)
+    return zu, zm
+
+
 def raw_scores(engine: Engine, values: np.ndarray, start: int = 0, batch: int = 256) -> np.ndarray:
     """Raw masked-vs-unmasked score of every step of a prepared series ``[T, C]`` (float64 ``[T]``, NaN = none).
 
-    ``start`` is the absolute index of the series' first step (for a periodic time index).
+    ``start`` is the absolute index of the series' first step (for a periodic time index). The card's fixed
+    normalisation only: stream-scaled models go through ``encode_recording``.
     """
-    window = engine.card.window
-    windows = sliding_windows(values, window)
-    out = np.empty(len(values), dtype=np.float64)
-    for lo in range(0, len(values), batch):
-        chunk = np.ascontiguousarray(windows[lo : lo + batch])
-        starts = start + np.arange(lo, lo + len(chunk), dtype=np.int64) - (window - 1)
-        zu, zm = engine.last_step_pair(chunk, starts)
-        out[lo : lo + len(chunk)] = raw_score(zu, zm)
+    zu, zm = _pairs(engine, sliding_windows(values, engine.card.window), start, batch)
+    out = raw_score(zu, zm)
     # A step with a missing channel is masked by the model in both variants, so its score would be a meaningless
     # 0: it has no score (NaN), exactly as in the streaming monitor.
     out[np.isnan(values).any(axis=1)] = np.nan
+    return out
+
+
+def recording_lanes(engine: Engine, values: np.ndarray) -> list[np.ndarray]:
+    """The model inputs of a recording ``[T, C]`` (card channel order): one prepared ``[T, C']`` per detector lane.
+
+    A fixed-channel model has one lane of all channels; a channel-independent model one lane per channel.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if engine.card.channel_mode == "independent":
+        return [prepare(engine, values[:, [c]]) for c in range(values.shape[1])]
+    return [prepare(engine, values)]
+
+
+@dataclass
+class RecordingFeatures:
+    """What the model says of every step of a recording, per lane: the paper distance and the representation."""
+
+    distance: np.ndarray  # [T, L] float64, NaN = no score (a missing channel, or before the scale is known)
+    z: np.ndarray  # [T, L, F] float32, the unmasked last-step representation
+
+    @property
+    def raw(self) -> np.ndarray:
+        """The paper's masked-vs-unmasked L1 per step ``[T]``, summed over lanes (NaN when a lane has none)."""
+        return self.distance.sum(axis=1)
+
+    def save(self, path: str | Path) -> None:
+        """Write as a compressed ``.npz`` (a benchmark cache)."""
+        np.savez_compressed(path, distance=self.distance, z=self.z)
+
+    @classmethod
+    def load(cls, path: str | Path) -> RecordingFeatures:
+        """Read ``save`` output."""
+        with np.load(path) as data:
+            return cls(data["distance"], data["z"])
+
+
+def encode_recording(
+    engine: Engine, values: np.ndarray, config: DetectorConfig = DetectorConfig(), batch: int = 256
+) -> RecordingFeatures:
+    """Run the model over every step of a recording ``[T, C]`` (card channel order), as the monitor would."""
+    lanes = recording_lanes(engine, values)
+    t, w = len(values), engine.card.window
+    distance = np.full((t, len(lanes)), np.nan)
+    z = np.zeros((t, len(lanes), engine.card.repr_dims), dtype=np.float32)
+    for k, prepared in enumerate(lanes):
+        windows = sliding_windows(prepared, w)
+        if engine.card.scaling == "stream":
+            channels = prepared.shape[1]
+            scaler = StreamScaler(config.scale_warmup, config.scale_adapt, n_streams=channels)
+            rows = np.arange(channels)
+            # One step at a time: each window is scaled with the statistics of the readings up to its last step.
+            windows = np.stack([scale_windows(scaler, rows, windows[i : i + 1])[0] for i in range(t)]) if t else windows
+        zu, zm = _pairs(engine, windows, 0, batch)
+        distance[:, k] = raw_score(zu, zm)
+        distance[np.isnan(prepared).any(axis=1), k] = np.nan
+        z[:, k] = zu
+    return RecordingFeatures(distance, z)
+
+
+@dataclass
+class Detection:
+    """The detector over a recording: per step score (NaN = none), alert, warming and the lane behind the score."""
+
+    score: np.ndarray
+    alerts: np.ndarray
+    warming: np.ndarray
+    lane: np.ndarray
+
+
+def detect_recording(
+    engine: Engine,
+    values: np.ndarray,
+    config: DetectorConfig = DetectorConfig(),
+    features: RecordingFeatures | None = None,
+) -> Detection:
+    """Score and alert every step of a recording ``[T, C]`` with the detector, one reading at a time."""
+    features = features if features is not None else encode_recording(engine, values, config)
+    t, lanes = features.distance.shape
+    detector = Detector(config, engine.card.repr_dims)
+    detector.add(1, lanes)
+    one, rows, lane_of = np.zeros(1, dtype=np.int64), np.arange(lanes), np.zeros(lanes, dtype=np.int64)
+    out = Detection(np.full(t, np.nan), np.zeros(t, dtype=bool), np.ones(t, dtype=bool), np.full(t, -1))
+    for i in range(t):
+        step = detector.step(one, rows, lane_of, features.distance[i], features.z[i])
+        out.score[i], out.alerts[i], out.warming[i], out.lane[i] = step.score[0], step.alert[0], step.warming[0], \
+            step.lane[0]  # fmt: skip
     return out

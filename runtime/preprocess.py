@@ -1,9 +1,13 @@
-"""Input preprocessing shared by training and the runtime: differencing and per-channel normalisation."""
+"""Input preprocessing shared by training and the runtime: differencing, card normalisation, per-stream scaling."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from .scoring import StreamState
 
 
 def difference(x: np.ndarray, order: int) -> np.ndarray:
@@ -80,3 +84,93 @@ def fit_normalisation(x: np.ndarray) -> Normalisation:
     std = np.nanstd(flat, axis=0)
     std = np.where(std > 1e-8, std, 1.0)
     return Normalisation(mean.astype(np.float32), std.astype(np.float32))
+
+
+def robust_location_scale(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """NaN-aware median and robust scale of each row of ``[n, T]``: IQR/1.349, else MAD·1.4826, else std.
+
+    A row without spread (a constant warm-up) gets 1 % of its level, at least 1e-3, so a later change is large
+    but finite; a row with no value gets location 0 and scale 1.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    n = x.shape[0]
+    loc, scale = np.zeros(n), np.ones(n)
+    seen = ~np.isnan(x).all(axis=1)
+    if not seen.any():
+        return loc, scale
+    xs = x[seen]
+    med = np.nanmedian(xs, axis=1)
+    q75, q25 = np.nanpercentile(xs, [75, 25], axis=1)
+    spread = (q75 - q25) / 1.349
+    mad = np.nanmedian(np.abs(xs - med[:, None]), axis=1) * 1.4826
+    std = np.nanstd(xs, axis=1)
+    fallback = np.maximum(np.abs(med) * 0.01, 1e-3)
+    spread = np.where(spread > 0, spread, np.where(mad > 0, mad, np.where(std > 0, std, fallback)))
+    loc[seen], scale[seen] = med, spread
+    return loc, scale
+
+
+class StreamScaler(StreamState):
+    """Per-lane location and scale learned online, for models whose card says ``scaling = "stream"``.
+
+    A lane's first ``warmup`` readings set its location and scale robustly (``robust_location_scale`` of its window,
+    recomputed at each of them); afterwards both follow the readings slowly (exponential, weight ``1/adapt``;
+    ``adapt = 0`` freezes them), skipping readings more than ``outlier`` scales away, so an anomaly never becomes
+    the stream's scale. ``apply`` maps values to ``(x − loc) / scale``, clipped to ±``clip``.
+    State: ``loc_``, ``scale_`` ``[S]`` float64, ``count_`` ``[S]`` readings seen.
+    """
+
+    def __init__(
+        self, warmup: int = 100, adapt: int = 10_000, outlier: float = 6.0, clip: float = 100.0, n_streams: int = 0
+    ) -> None:
+        if warmup < 2 or adapt < 0 or not outlier > 0 or not clip > 0:
+            raise ValueError(f"scaler needs warmup >= 2, adapt >= 0, outlier > 0, clip > 0; got {warmup}, {adapt}, "
+                             f"{outlier}, {clip}")  # fmt: skip
+        self.warmup, self.adapt, self.outlier, self.clip = int(warmup), int(adapt), float(outlier), float(clip)
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {"loc_": np.zeros(n), "scale_": np.ones(n), "count_": np.zeros(n, dtype=np.int64)}
+
+    def _config(self) -> dict[str, Any]:
+        return {"warmup": self.warmup, "adapt": self.adapt, "outlier": self.outlier, "clip": self.clip}
+
+    def update(self, idx: np.ndarray, windows: np.ndarray) -> None:
+        """Learn each selected lane's newest reading, the last step of its window ``[n, W]`` (NaN = missing)."""
+        windows = np.asarray(windows, dtype=np.float64)
+        x = windows[:, -1]
+        seen = np.isfinite(x)
+        count = self.count_[idx] + seen
+        early = seen & (count <= self.warmup)
+        if early.any():
+            rows = idx[early]
+            self.loc_[rows], self.scale_[rows] = robust_location_scale(windows[early])
+        late = seen & ~early & (self.adapt > 0)
+        if late.any():
+            rows, value = idx[late], x[late]
+            loc, scale = self.loc_[rows], self.scale_[rows]
+            inlier = np.abs(value - loc) <= self.outlier * scale
+            rows, value, loc, scale = rows[inlier], value[inlier], loc[inlier], scale[inlier]
+            r = 1.0 / self.adapt
+            self.loc_[rows] = loc + r * (value - loc)
+            # The scale follows the mean absolute deviation, scaled to σ for a Gaussian, robust to the clipped tail.
+            self.scale_[rows] = np.maximum(scale + r * (np.abs(value - loc) * math.sqrt(math.pi / 2) - scale),
+                                           1e-12)  # fmt: skip
+        self.count_[idx] = count
+
+    def apply(self, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """``values [n, ...]`` of the selected lanes, scaled with each lane's current location and scale."""
+        shape = (len(idx),) + (1,) * (np.ndim(values) - 1)
+        loc, scale = self.loc_[idx].reshape(shape), self.scale_[idx].reshape(shape)
+        return np.clip((np.asarray(values, dtype=np.float64) - loc) / scale, -self.clip, self.clip).astype(np.float32)
+
+
+def scale_windows(scaler: StreamScaler, rows: np.ndarray, windows: np.ndarray) -> np.ndarray:
+    """Learn the newest reading of windows ``[n, W, C]`` (lane ``rows[i * C + c]`` = window i, channel c), then scale.
+
+    The one place where a stream-scaled model's input is made, for the daemon's monitor and offline scoring alike.
+    """
+    n, w, c = windows.shape
+    flat = np.asarray(windows).transpose(0, 2, 1).reshape(n * c, w)
+    scaler.update(rows, flat)
+    return scaler.apply(rows, flat).reshape(n, c, w).transpose(0, 2, 1)

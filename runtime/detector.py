@@ -1,0 +1,394 @@
+"""The streaming anomaly detector: per-reading signals → surprise → one alert decision (numpy only).
+
+The paper's adjusted masked-vs-unmasked score measures amplitude, turns slow anomalies into nothing and spikes at
+every recurring normal edge, and its Gaussian μ + 4σ threshold does not fit its heavy tail
+(docs/detection.md). This detector keeps the model's two views of a reading and judges each against the stream's
+own history, on a scale that means the same for every stream and every model:
+
+1. **Signals** of each scored reading (``SIGNALS``):
+   ``distance``, the paper's L1 distance between the last-step representations of the unmasked and the
+   last-step-masked window (how unexpected the reading is in its context), and ``novelty``, the distance from the
+   window's representation to the nearest of a bounded memory of the stream's earlier representations
+   (``RepresentationMemory``: how new the recent pattern is — a flat stretch where a cycle should be, a changed
+   period, a new level). Both are ≥ 0 and heavy-tailed, so they are judged in log space.
+2. **Surprise** (``SignalStats``): each signal's long-run mean and variance per stream (expanding, then exponential
+   with memory ``horizon``), and the tail probability of the reading's value — and of the mean of the last
+   ``short`` values, for anomalies that last — under a Gaussian of that history. A signal's surprise is
+   ``−log10`` of that probability; the reading's score is the largest surprise less ``log10`` of the number of
+   tests (a Bonferroni correction, so more signals or channels do not mean more false alarms).
+3. **Alert** (``AlertGate``): score ≥ ``threshold`` once the stream has ``min_count`` scored readings, and not within
+   ``refractory`` readings of its previous alert. While a stream alerts, its signal statistics and memory do not
+   learn (an anomaly must not become the baseline that hides the next one), for at most ``protect`` readings in a
+   row — after that a lasting change is the new normal and is learned.
+
+A stream may be one model window (``channel_mode = fixed``) or several univariate channels scored by one shared
+model (``independent``): every channel then has its own signals and statistics (a *lane*), and the stream's score
+is the largest lane surprise, Bonferroni-corrected by the number of tests (lanes × signals); the lane that gave it is
+reported, which names the channel behind an alert.
+
+Everything is a ``scoring.StreamState``: rows of numpy arrays, saved and restored as flat dicts, so the daemon's
+checkpoints and ``trep-edge score`` run the same arithmetic. ``Detector.step`` is the only entry point.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Mapping
+
+import numpy as np
+
+from .scoring import StreamState
+
+SIGNALS = ("distance", "novelty")
+"""The per-reading signals the detector can judge, in the order of ``SignalStats`` columns."""
+
+LOG_FLOOR = 1e-6
+"""Added before the log of a signal: a distance of exactly 0 (a constant window) stays finite."""
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    """Detector settings (one ``[detector]`` TOML table; defaults measured in docs/detection.md).
+
+    Attributes:
+        signals: which of ``SIGNALS`` are judged.
+        memory: representations remembered per lane for ``novelty``.
+        stride: readings between two remembered representations (memory spans ``memory * stride`` readings).
+        exclusion: the most recent readings whose representations are never compared with (overlapping windows
+            look alike, so a neighbour from the last few readings would hide every novelty).
+        horizon: effective number of readings in each signal's long-run statistics.
+        short: readings in the short-term mean of a signal (sustained anomalies); 1 disables it.
+        min_count: scored readings a lane needs before it may alert.
+        threshold: surprise (−log10 tail probability) from which a reading alerts.
+        refractory: readings after an alert during which the stream raises no new alert.
+        protect: alerting readings in a row that the statistics skip before they learn a lasting change.
+        scale_warmup: readings that set a lane's location and scale (models with ``scaling = "stream"``).
+        scale_adapt: effective readings in the slow update of location and scale after that; 0 = frozen.
+    """
+
+    signals: tuple[str, ...] = SIGNALS
+    memory: int = 128
+    stride: int = 4
+    exclusion: int = 32
+    horizon: int = 2000
+    short: int = 5
+    min_count: int = 100
+    threshold: float = 5.0
+    refractory: int = 100
+    protect: int = 200
+    scale_warmup: int = 100
+    scale_adapt: int = 10_000
+
+    def __post_init__(self) -> None:
+        signals = tuple(self.signals)
+        object.__setattr__(self, "signals", signals)
+        unknown = [s for s in signals if s not in SIGNALS]
+        if not signals or unknown:
+            raise ValueError(f"detector signals must be a non-empty subset of {SIGNALS}, got {list(signals)}")
+        for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"detector {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("exclusion", "refractory", "protect", "scale_adapt"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
+        if not math.isfinite(self.threshold) or self.threshold <= 0:
+            raise ValueError(f"detector threshold must be a positive surprise (-log10 p), got {self.threshold}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (checkpoints, model cards, benchmark rows)."""
+        data = asdict(self)
+        data["signals"] = list(self.signals)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DetectorConfig:
+        """Read ``to_dict`` output; unknown keys are an error naming the known ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown detector setting(s) {unknown}; known: {sorted(known)}")
+        values = dict(data)
+        if "signals" in values:
+            values["signals"] = tuple(values["signals"])
+        return cls(**values)
+
+    def with_overrides(self, spec: str) -> DetectorConfig:
+        """Apply ``key=value;key=value`` overrides (benchmark ablations); ``signals`` takes ``a+b``."""
+        types = {f.name: f.type for f in fields(self)}
+        changes: dict[str, Any] = {}
+        for item in filter(None, (part.strip() for part in spec.split(";"))):
+            key, sep, value = item.partition("=")
+            if not sep or key not in types:
+                raise ValueError(f"detector override {item!r} must be key=value with a key among {sorted(types)}")
+            if key == "signals":
+                changes[key] = tuple(v for v in value.split("+") if v)
+            else:
+                changes[key] = float(value) if key == "threshold" else int(value)
+        return replace(self, **changes)
+
+
+def upper_tail_surprise(z: np.ndarray) -> np.ndarray:
+    """``−log10 P(N(0,1) > z)``, elementwise; exact (erfc) up to z = 8, asymptotic beyond (no underflow)."""
+    z = np.asarray(z, dtype=np.float64)
+    out = np.full(z.shape, np.nan)
+    finite = np.isfinite(z)
+    small = finite & (z <= 8.0)
+    out[small] = -np.log10(0.5 * _erfc(z[small] / math.sqrt(2.0)).astype(np.float64))
+    large = finite & (z > 8.0)
+    zl = z[large]
+    # log Q(z) ≈ −z²/2 − log(z √(2π)) (Mills ratio), accurate to 1.5 % at z = 8 and better beyond.
+    out[large] = (zl**2 / 2 + np.log(zl * math.sqrt(2 * math.pi))) / math.log(10)
+    out[np.isposinf(z)] = np.inf
+    return out
+
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _surprise(x: np.ndarray) -> np.ndarray:
+    return upper_tail_surprise(x).astype(np.float64) if x.size else np.zeros(x.shape)
+
+
+class RepresentationMemory(StreamState):
+    """A bounded memory of each lane's earlier representations and the ``novelty`` signal it gives.
+
+    Every ``stride``-th representation is written to a ring of ``memory`` slots (float16: novelty needs the
+    neighbourhood, not the last bits). ``novelty`` is the Euclidean distance to the nearest remembered
+    representation at least ``exclusion`` readings old, NaN while there is none.
+    State: ``ring_`` ``[S, M, F]``, ``written_`` ``[S]`` (representations written), ``phase_`` ``[S]`` (readings
+    since the last write).
+    """
+
+    def __init__(self, dims: int, memory: int = 128, stride: int = 4, exclusion: int = 32, n_streams: int = 0) -> None:
+        self.dims, self.memory, self.stride, self.exclusion = int(dims), int(memory), int(stride), int(exclusion)
+        self.skip = -(-self.exclusion // self.stride)  # the newest slots written within the exclusion zone
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {
+            "ring_": np.zeros((n, self.memory, self.dims), dtype=np.float16),
+            "written_": np.zeros(n, dtype=np.int64),
+            "phase_": np.zeros(n, dtype=np.int64),
+        }
+
+    def _config(self) -> dict[str, Any]:
+        return {"dims": self.dims, "memory": self.memory, "stride": self.stride, "exclusion": self.exclusion}
+
+    def novelty(self, idx: np.ndarray, z: np.ndarray) -> np.ndarray:
+        """Distance of each representation ``z [n, F]`` to its lane's nearest eligible memory (NaN: none yet)."""
+        written = self.written_[idx]
+        age = (written[:, None] - 1 - np.arange(self.memory)[None, :]) % self.memory
+        eligible = (age >= self.skip) & (age < written[:, None])
+        diff = self.ring_[idx].astype(np.float32) - z[:, None, :].astype(np.float32)
+        dist = np.sqrt(np.einsum("nmf,nmf->nm", diff, diff))
+        dist[~eligible] = np.inf
+        nearest = dist.min(axis=1) if self.memory else np.full(len(idx), np.inf)
+        return np.where(np.isfinite(nearest), nearest, np.nan).astype(np.float64)
+
+    def remember(self, idx: np.ndarray, z: np.ndarray) -> None:
+        """Count one reading for each selected lane; write its representation when its stride comes round."""
+        due = self.phase_[idx] % self.stride == 0
+        rows = idx[due]
+        self.ring_[rows, self.written_[rows] % self.memory] = z[due].astype(np.float16)
+        self.written_[rows] += 1
+        self.phase_[idx] += 1
+
+
+class SignalStats(StreamState):
+    """Long-run mean/variance and the last ``short`` values of K log-signals per lane; their surprise.
+
+    The statistics are expanding (Welford) for the first ``horizon`` values, then exponential with weight
+    ``1/horizon``, so a stream that drifts slowly keeps a current baseline. NaN values are not learned.
+    State: ``count_``, ``mean_``, ``var_`` ``[S, K]``; ``recent_`` ``[S, K, short]`` (NaN = empty), ``pos_`` ``[S]``.
+    """
+
+    def __init__(self, k: int, horizon: int = 2000, short: int = 5, n_streams: int = 0) -> None:
+        self.k, self.horizon, self.short = int(k), int(horizon), int(short)
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {
+            "count_": np.zeros((n, self.k), dtype=np.int64),
+            "mean_": np.zeros((n, self.k)),
+            "var_": np.zeros((n, self.k)),
+            "recent_": np.full((n, self.k, self.short), np.nan),
+            "pos_": np.zeros(n, dtype=np.int64),
+        }
+
+    def _config(self) -> dict[str, Any]:
+        return {"k": self.k, "horizon": self.horizon, "short": self.short}
+
+    def surprise(self, idx: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Surprise ``[n, K]`` of log-signals ``x [n, K]`` against each lane's history (NaN: no history or no value).
+
+        The larger of the reading's own tail and, when ``short`` > 1, the tail of the mean of its last ``short``
+        values including this one; both measured in units of the single-value standard deviation, which is
+        conservative for the mean (signals of overlapping windows are correlated, so σ/√short would over-alert).
+        """
+        count, mean = self.count_[idx], self.mean_[idx]
+        std = np.sqrt(self.var_[idx])
+        scale = np.where((count >= 2) & (std > 0), std, np.nan)
+        deviation = x - mean
+        if self.short > 1:
+            recent = self.recent_[idx].copy()
+            recent[np.arange(len(idx)), :, self.pos_[idx] % self.short] = x
+            seen = np.isfinite(recent)
+            short_mean = np.where(seen, recent, 0.0).sum(axis=2) / np.maximum(seen.sum(axis=2), 1)
+            deviation = np.where(np.isfinite(x), np.fmax(deviation, short_mean - mean), np.nan)
+        return _surprise(deviation / scale)
+
+    def learn(self, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
+        """Record one value per signal of each selected lane; only rows with ``baseline`` enter the statistics.
+
+        The short-term ring always advances (it describes the present, anomaly or not); the long-run statistics
+        skip NaN values and the rows the alert gate protects.
+        """
+        ok = np.isfinite(x) & np.asarray(baseline, dtype=bool)[:, None]
+        count = np.where(ok, np.minimum(self.count_[idx] + 1, self.horizon), self.count_[idx])
+        a = np.where(ok, 1.0 / np.maximum(count, 1), 0.0)
+        delta = np.where(ok, x - self.mean_[idx], 0.0)
+        self.mean_[idx] += a * delta
+        self.var_[idx] = (1 - a) * (self.var_[idx] + a * delta**2)
+        self.count_[idx] = count
+        self.recent_[idx, :, self.pos_[idx] % self.short] = x
+        self.pos_[idx] += 1
+
+
+class AlertGate(StreamState):
+    """The alert decision per stream: threshold, warm-up, refractory period, and which readings may be learned.
+
+    State: ``scored_`` ``[S]`` (scored readings), ``since_`` ``[S]`` (readings since the last alert, capped at
+    ``refractory + 1``), ``hot_`` ``[S]`` (alerting readings in a row, capped at ``protect + 1``).
+    """
+
+    def __init__(self, threshold: float, min_count: int, refractory: int, protect: int, n_streams: int = 0) -> None:
+        self.threshold, self.min_count = float(threshold), int(min_count)
+        self.refractory, self.protect = int(refractory), int(protect)
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {
+            "scored_": np.zeros(n, dtype=np.int64),
+            "since_": np.full(n, self.refractory + 1, dtype=np.int64),
+            "hot_": np.zeros(n, dtype=np.int64),
+        }
+
+    def _config(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "min_count": self.min_count, "refractory": self.refractory,
+                "protect": self.protect}  # fmt: skip
+
+    def decide(self, idx: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Return (alert, warming, learn) for one reading per selected stream, and advance the state."""
+        scored = np.isfinite(score)
+        count = self.scored_[idx] + scored
+        warming = count < self.min_count
+        hot = scored & ~warming & (score >= self.threshold)
+        since = np.minimum(self.since_[idx] + 1, self.refractory + 1)
+        alert = hot & (since > self.refractory)
+        hot_run = np.where(hot, np.minimum(self.hot_[idx] + 1, self.protect + 1), 0)
+        self.scored_[idx] = count
+        self.since_[idx] = np.where(alert, 0, since)
+        self.hot_[idx] = hot_run
+        return alert, warming, ~hot | (hot_run > self.protect)
+
+
+@dataclass(frozen=True)
+class DetectorStep:
+    """One reading per selected stream: score (NaN = none), alert, warming, and the lane that gave the score."""
+
+    score: np.ndarray  # [n]
+    alert: np.ndarray  # [n] bool
+    warming: np.ndarray  # [n] bool
+    lane: np.ndarray  # [n] the lane row (channel) with the largest surprise, -1 when none
+    lane_score: np.ndarray  # [m] each lane's own best surprise (NaN = none), before the correction
+
+
+class Detector:
+    """Signals → surprise → alert for streams made of lanes (module docstring).
+
+    Lanes (``memory``, ``stats``) and streams (``gate``) are numbered separately: a stream of a fixed-channel model
+    is one lane, a stream scored channel by channel has one lane per channel. The caller keeps the numbering and adds,
+    removes and resets lanes and streams together.
+    """
+
+    def __init__(self, config: DetectorConfig, dims: int) -> None:
+        self.config, self.dims = config, int(dims)
+        c = config
+        self.memory = RepresentationMemory(dims, c.memory, c.stride, c.exclusion)
+        self.stats = SignalStats(len(c.signals), c.horizon, c.short)
+        self.gate = AlertGate(c.threshold, c.min_count, c.refractory, c.protect)
+
+    def _lane_parts(self) -> tuple[StreamState, ...]:
+        return (self.memory, self.stats)
+
+    def add(self, streams: int, lanes: int) -> None:
+        """Append fresh streams and lanes (numbered after the existing ones)."""
+        self.gate.add_streams(streams)
+        for part in self._lane_parts():
+            part.add_streams(lanes)
+
+    def remove(self, streams: np.ndarray, lanes: np.ndarray) -> None:
+        """Drop streams and lanes; later ones move down to fill the gaps (``np.delete`` numbering)."""
+        self.gate.remove_streams(streams)
+        for part in self._lane_parts():
+            part.remove_streams(lanes)
+
+    def reset(self, streams: np.ndarray, lanes: np.ndarray) -> None:
+        """Return streams and lanes to their initial state, keeping their numbers."""
+        self.gate.reset_streams(streams)
+        for part in self._lane_parts():
+            part.reset_streams(lanes)
+
+    def step(
+        self, stream_idx: np.ndarray, lanes: np.ndarray, lane_of: np.ndarray, distance: np.ndarray, z: np.ndarray
+    ) -> DetectorStep:
+        """Score, decide and learn one reading per selected stream.
+
+        ``lanes [m]`` are the lane rows with a value this reading, ``lane_of [m]`` the position in ``stream_idx`` of
+        each one's stream, ``distance [m]`` their paper distances (NaN = unscorable) and ``z [m, F]`` their unmasked
+        last-step representations.
+        """
+        idx = self.gate._rows(stream_idx)
+        lanes = np.asarray(lanes, dtype=np.int64)
+        lane_of = np.asarray(lane_of, dtype=np.int64)
+        n, m = len(idx), len(lanes)
+        distance = np.asarray(distance, dtype=np.float64).reshape(m)
+        z = np.asarray(z, dtype=np.float32).reshape(m, self.dims)
+        valid = np.isfinite(distance)
+        columns = []
+        for name in self.config.signals:
+            if name == "distance":
+                columns.append(distance)
+            else:
+                columns.append(np.where(valid, self.memory.novelty(lanes, z), np.nan))
+        signals = np.log(np.stack(columns, axis=1) + LOG_FLOOR)  # [m, K]
+        surprise = self.stats.surprise(lanes, signals)
+        lane_score = np.where(np.isfinite(surprise).any(axis=1), np.nanmax(np.where(np.isnan(surprise), -np.inf,
+                                                                                    surprise), axis=1), np.nan)
+        # Per stream: the best lane, corrected for the number of tests made (lanes with a value × signals).
+        tests = np.bincount(lane_of, weights=valid.astype(np.float64), minlength=n) * len(columns)
+        best = np.full(n, -np.inf)
+        np.maximum.at(best, lane_of, np.where(np.isfinite(lane_score), lane_score, -np.inf))
+        has = np.isfinite(best)
+        score = np.where(has, best - np.log10(np.maximum(tests, 1)), np.nan)
+        winner = np.full(n, -1, dtype=np.int64)
+        top = has[lane_of] & (lane_score == best[lane_of])
+        winner[lane_of[top]] = lanes[top]
+        alert, warming, learn = self.gate.decide(idx, score)
+        baseline = learn[lane_of] & valid
+        self.stats.learn(lanes[valid], signals[valid], baseline[valid])
+        self.memory.remember(lanes[baseline], z[baseline])
+        return DetectorStep(score, alert, warming, winner, lane_score)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every part's state as one flat dict of arrays (``memory/``, ``stats/``, ``gate/`` prefixes)."""
+        state: dict[str, np.ndarray] = {}
+        for prefix, part in (("memory", self.memory), ("stats", self.stats), ("gate", self.gate)):
+            state.update({f"{prefix}/{k}": v for k, v in part.state_dict().items()})
+        return state
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore ``state_dict`` output saved by a detector with the same config and dims."""
+        for prefix, part in (("memory", self.memory), ("stats", self.stats), ("gate", self.gate)):
+            sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
+            setattr(self, prefix, type(part).from_state(sub))
