@@ -1,6 +1,6 @@
 """Alert episodes for the daemon: debounce, hysteresis and severity per stream, published on changes only.
 
-The detection condition of a reading is ``adjusted > threshold`` (``scoring``); this module turns the stream of
+The detection condition of a reading is ``score > threshold`` (``detector``); this module turns the stream of
 conditions into episodes an operator can act on:
 
 - **raised** when the condition held for ``debounce`` consecutive readings (``debounce=1``: on the first
@@ -10,10 +10,10 @@ conditions into episodes an operator can act on:
 - **cleared** after the score stayed below the clear level for ``clear_after`` consecutive readings.
 
 Levels, with ``thr`` the reading's threshold: warning above ``thr``, critical above
-``thr + (critical_ratio - 1) * |thr|``, clear below ``thr - (1 - clear_ratio) * |thr|``. For the usual positive
-threshold these are ``critical_ratio * thr`` and ``clear_ratio * thr``; for ``μ ≈ 0`` and β = 4 the default
-``critical_ratio = 1.5`` is ``thr + 2σ``. The ``|thr|`` form keeps clear < raise < critical even for a
-degenerate non-positive threshold.
+``thr + (critical_ratio - 1) * |thr|``, clear below ``thr - (1 - clear_ratio) * |thr|``. For the detector's
+positive threshold (a surprise, −log10 of a tail probability) these are ``critical_ratio * thr`` and
+``clear_ratio * thr``: with the defaults, critical at a tail probability 10^2.5 times smaller than the one that
+raises. The ``|thr|`` form keeps clear < raise < critical even for a degenerate non-positive threshold.
 
 A reading with a NaN score or threshold (no score yet, missing reading, threshold warming up) is unknown: it
 breaks a debounce run (raising needs ``debounce`` known exceedances in a row) but neither advances nor resets a
@@ -71,7 +71,7 @@ class AlertEvent:
     stream_idx: int
     state: str  # "raised" | "updated" | "cleared"
     severity: str  # the episode's peak severity: "warning" | "critical"
-    adjusted: float
+    score: float
     threshold: float
     episode: int  # 1, 2, ... per stream; stable across the raised/updated/cleared events of one episode
 
@@ -110,13 +110,11 @@ class AlertTracker(StreamState):
     def _from_config(cls, config: dict[str, Any]) -> AlertTracker:
         return cls(AlertConfig(**config))
 
-    def step(
-        self, stream_idx: np.ndarray, adjusted: np.ndarray, thresholds: np.ndarray | float
-    ) -> list[AlertEvent]:
+    def step(self, stream_idx: np.ndarray, scores: np.ndarray, thresholds: np.ndarray | float) -> list[AlertEvent]:
         """Advance the selected streams by one reading each; return the events, in ``stream_idx`` order."""
         cfg = self.config
-        idx = self._rows(stream_idx, adjusted, "adjusted")
-        score = np.asarray(adjusted, dtype=np.float64)
+        idx = self._rows(stream_idx, scores, "scores")
+        score = np.asarray(scores, dtype=np.float64)
         thr = np.broadcast_to(np.asarray(thresholds, dtype=np.float64), idx.shape)
         known = np.isfinite(score) & np.isfinite(thr)
         margin = np.abs(thr)

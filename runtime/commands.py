@@ -94,7 +94,7 @@ def score(args: argparse.Namespace) -> int:
     if args.series >= len(series_list):
         raise ValueError(f"--series {args.series}: the data has only {len(series_list)} series")
     series = series_list[args.series]
-    result = score_recording(engine, series, config.alerts, config.monitor.warmup or None, config.monitor.min_count)
+    result = score_recording(engine, series, config.alerts, config.detector)
     stem = Path(args.out or f"runs/score/{series.stream}.csv")
     write_csv(result, stem)
     print(f"{series.stream}: {len(result.raw)} steps scored with {engine.card.name} (sha256 {engine.sha256[:12]})")

@@ -9,8 +9,8 @@ Secrets never come from the TOML file or a flag (files get committed and flags s
 password comes from ``TREP_EDGE_MQTT_PASSWORD`` or the file named by ``[mqtt] password_file``, the client key's
 passphrase from ``TREP_EDGE_MQTT_KEY_PASSWORD`` or ``[mqtt] key_password_file``.
 
-Every field is documented once, in its ``doc`` metadata (or, for the windows and alerts tables, which belong to
-their own modules, in the class docstring); ``--help`` and ``deploy/monitor.toml`` repeat that text.
+Every field is documented once, in its ``doc`` metadata (or, for the windows, alerts and detector tables, which
+belong to their own modules, in the class docstring); ``--help`` and ``deploy/monitor.toml`` repeat that text.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .alerts import AlertConfig
+from .detector import DetectorConfig
 from .engine import ENGINE_CHOICES
 from .sharding import Shard
 from .windows import WindowConfig
@@ -145,17 +146,12 @@ class MonitorSettings:
 
     tick_interval: float = _doc("seconds between scoring ticks; each tick scores every stream with new readings "
                                 "in one onnxruntime call", 1.0)  # fmt: skip
-    warmup: int = _doc("finite scores a new (or reset) stream needs before it may alert (0 = the card's scoring.z)", 0)
-    min_count: int = _doc("adjusted scores a stream learns before its online threshold exists, when the model "
-                          "card has no calibration (cold start)", 100)  # fmt: skip
     shard: str = _doc("this daemon's shard i/N of a scaled-out deployment: it scores the streams with "
                       "crc32(stream id) mod N == i and skips the others (runtime/sharding.py); 0/1 = all", "0/1")
 
     def __post_init__(self) -> None:
         if self.tick_interval <= 0:
             raise ConfigError(f"monitor.tick_interval must be > 0 seconds, got {self.tick_interval}")
-        if self.warmup < 0 or self.min_count < 2:
-            raise ConfigError("monitor.warmup must be >= 0 and monitor.min_count >= 2")
         try:
             Shard.parse(self.shard)
         except ValueError as exc:
@@ -231,6 +227,7 @@ class MonitorConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     windows: WindowConfig = field(default_factory=WindowConfig)
     alerts: AlertConfig = field(default_factory=AlertConfig)
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
     input: InputConfig = field(default_factory=InputConfig)
     state: StateConfig = field(default_factory=StateConfig)
@@ -282,9 +279,9 @@ def convert(text: str, kind: Any, where: str) -> Any:
         if text.strip().lower() in ("", "none", "null"):
             return None
         return convert(text, options[0], where)
-    if origin is list:
-        (item,) = typing.get_args(kind)
-        return [convert(part.strip(), item, where) for part in text.split(",") if part.strip()]
+    if origin in (list, tuple):
+        item = typing.get_args(kind)[0]
+        return origin(convert(part.strip(), item, where) for part in text.split(",") if part.strip())
     try:
         if kind is bool:
             lowered = text.strip().lower()
@@ -306,11 +303,11 @@ def _check_value(value: Any, kind: Any, where: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         options = [k for k in typing.get_args(kind) if k is not type(None)]
         return None if value is None else _check_value(value, options[0], where)
-    if origin is list:
-        (item,) = typing.get_args(kind)
-        if not isinstance(value, list):
+    if origin in (list, tuple):
+        item = typing.get_args(kind)[0]
+        if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where} must be a list, got {value!r}")
-        return [_check_value(v, item, where) for v in value]
+        return origin(_check_value(v, item, where) for v in value)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if kind is int and isinstance(value, bool) or not isinstance(value, kind):

@@ -81,8 +81,8 @@ def alert_message(alert: AlertOut, engine: Engine, revision: str) -> dict[str, A
         "active": alert.state != "cleared",
         "severity": alert.severity,
         "score": finite_or_none(alert.score),
-        "adjusted": finite_or_none(alert.adjusted),
         "threshold": finite_or_none(alert.threshold),
+        "channel": alert.channel or None,
         "values": {k: finite_or_none(v) for k, v in alert.values.items()},
         "timestamp": finite_or_none(alert.timestamp),
         "window_start": finite_or_none(alert.window_start),
@@ -102,8 +102,9 @@ def score_message(s: ScoredReading) -> dict[str, Any]:
         "step": s.step,
         "timestamp": finite_or_none(s.timestamp),
         "raw": finite_or_none(s.raw),
-        "adjusted": finite_or_none(s.adjusted),
+        "score": finite_or_none(s.score),
         "threshold": finite_or_none(s.threshold),
+        "channel": s.channel or None,
         "warming": s.warming,
         "alert": s.alert,
         "values": {k: finite_or_none(v) for k, v in s.values.items()},
@@ -251,7 +252,7 @@ class Daemon:
         return engine
 
     def _new_monitor(self, config: MonitorConfig, engine: Engine) -> Monitor:
-        return Monitor(engine, config.windows, config.alerts, config.monitor.warmup or None, config.monitor.min_count)
+        return Monitor(engine, config.windows, config.alerts, config.detector)
 
     def _restore_or_new(self, config: MonitorConfig) -> Monitor:
         path = Path(config.state.path) if config.state.path else None
@@ -260,7 +261,7 @@ class Daemon:
         try:
             state, meta = load_checkpoint(path)
             state = self._owned_state(state, meta, path)
-            monitor = Monitor.from_state(self.engine, state, config.windows, config.alerts)
+            monitor = Monitor.from_state(self.engine, state, config.windows, config.alerts, config.detector)
         except Exception as exc:  # any unreadable checkpoint: keep it for inspection, start fresh
             aside = path.with_name(path.name + f".unusable-{int(time.time())}")
             os.replace(path, aside)
@@ -482,8 +483,8 @@ class Daemon:
             self.link.publish(fill_topic(topics.alerts, alert.stream), payload, qos=1)
             self.link.publish(fill_topic(topics.state, alert.stream), payload, qos=1, retain=True)
             self.metrics.inc("trep_edge_alerts_total", state=alert.state)
-            log.info("alert %s %s (%s): adjusted %.3g vs threshold %.3g", alert.alert_id, alert.state,
-                     alert.severity, alert.adjusted, alert.threshold)  # fmt: skip
+            log.info("alert %s %s (%s): score %.3g vs threshold %.3g%s", alert.alert_id, alert.state, alert.severity,
+                     alert.score, alert.threshold, f" (channel {alert.channel})" if alert.channel else "")  # fmt: skip
         published = time.time()
         for s in result.scored:
             if topics.scores:
@@ -543,8 +544,6 @@ class Daemon:
             sections = ("mqtt", "http", "topics", "archive")
             restart_only = [f"[{s}]" for s in sections if getattr(config, s) != getattr(self.config, s)]
             old, new = self.config.monitor, config.monitor
-            if (old.warmup, old.min_count) != (new.warmup, new.min_count):
-                restart_only.append("monitor.warmup/min_count")  # part of the saved monitor state
             if old.shard != new.shard:
                 restart_only.append("monitor.shard")  # the state holds the streams of the running shard
             if restart_only:
@@ -553,7 +552,7 @@ class Daemon:
             if config.model != self.config.model or self._file_sha(config.model.path) != self.engine.sha256:
                 engine = self._load_engine(config)
             state = self.monitor.state_dict()
-            monitor = Monitor.from_state(self.engine, state, config.windows, config.alerts)
+            monitor = Monitor.from_state(self.engine, state, config.windows, config.alerts, config.detector)
             if engine is not self.engine:
                 monitor.swap_engine(engine)
         except Exception as exc:  # a bad model or config must never take the running monitor down

@@ -1,36 +1,38 @@
 """The monitor: readings in; scored readings and alert state changes out, for every stream of one model.
 
 ``ingest`` files a reading into its stream's window (``windows.WindowStore``); ``tick`` finalises the ready steps
-of all streams, scores every complete one in a single ``Engine.last_step_pair`` call (a stream with several new
-steps gets one window per step) — or, when the engine selection chose the incremental ``step`` engine of a causal
-model, advances each stream's ``step_engine.StepEngine`` state by every finalised step, one onnxruntime call per
-round — then advances ``scoring.StreamScorer`` (adjusted score, threshold, the paper's
-detector) and ``alerts.AlertTracker`` (episodes to publish) once per step, vectorised across streams. A complete
-recorded series fed through it gives the scores of ``offline.raw_scores`` + ``scoring.score_series``.
+of all streams, runs the model once for all of them, and steps ``detector.Detector`` (signals, surprise, the alert
+decision) and ``alerts.AlertTracker`` (episodes to publish) once per step, vectorised across streams. The same
+``Detector`` runs offline in ``offline.detect_recording``: a recording fed through the monitor and through
+``trep-edge score`` gives the same scores and alerts.
+
+Streams and lanes. The detector judges *lanes*, each one model window: a stream of a fixed-channel model is one lane
+(named as the stream); a stream of a channel-independent model (card ``channel_mode = "independent"``) has one lane
+per channel it sends, named ``stream + LANE_SEPARATOR + channel``, each scored by the shared univariate model. A
+stream's score is its best lane's surprise, corrected for the number of lanes, and names the channel behind it.
 
 Policies:
 
-- **Unscorable steps.** A gap-filled step, or a reading with a channel missing in its prepared value, gets a NaN
-  raw score and no engine row (the model masks such a step, so masked and unmasked coincide and the L1 distance is
-  a meaningless 0). The scorer counts it as a point without a score; the tracker sees it as unknown.
-- **Threshold.** The card's calibration (``mu + beta * sigma``) when present, else learned online per stream after
-  ``min_count`` scores (``StreamScorer``).
-- **Warm-up.** A stream is *warming* while it has fewer than ``warmup`` earlier finite raw scores since its last
-  reset (default ``card.scoring.z``: until its adjusted score has a full history), or while its threshold is
-  not known yet. ``ScoredReading.alert`` is the detector's decision whatever the warm-up (as offline); the
-  tracker sees warming readings as unknown, so no episode is raised, updated or cleared during warm-up.
-- **Resets** (a gap longer than ``max_gap``, a re-anchored clock, ``reset_stream``): the window, differencing
-  memory, score history, online threshold statistics and detector restart. The alert tracker is kept: episode
-  numbers keep counting (alert ids stay unique) and an open episode stays open until post-warm-up scores clear it.
-- **Step engine state.** Every finalised step (readings, gap fills, incomplete steps) advances its stream's
-  state in order; only complete steps are scored. A stream whose state is missing or stale (new, reset, restored
-  from an older checkpoint, other weights) is rebuilt from its stored window before its next step — an empty
-  window for a new or reset stream — which gives the windowed engine's scores exactly (receptive field ≤ window).
-  The state is saved in ``state_dict`` so a restart resumes without rebuilding.
+- **Engines.** The windowed engines score every complete step of the tick in one ``Engine.last_step_pair`` call;
+  when the engine selection chose the incremental ``step`` engine of a causal model, each lane's
+  ``step_engine.StepEngine`` state is advanced by every finalised step, one onnxruntime call per round. A state that
+  is missing or stale (new, reset, restored from an older checkpoint, other weights) is rebuilt from the stored
+  window before its next step, which gives the windowed engine's scores exactly.
+- **Per-stream scaling** (card ``scaling = "stream"``): each lane's newest reading updates its
+  ``preprocess.StreamScaler`` and the window is scaled with the result just before the engine call
+  (``preprocess.scale_windows``), one round at a time, as offline.
+- **Unscorable steps.** A gap-filled step, or a reading with a channel missing in its prepared value, has no
+  distance (NaN): the detector neither scores nor learns it.
+- **Warm-up.** A stream is *warming* until it has ``detector.min_count`` scored readings; a warming reading never
+  alerts, and the tracker sees it as unknown.
+- **Resets** (a gap longer than ``max_gap``, a re-anchored clock): the lane's window and detector state restart,
+  its learned scale is kept (the sensor did not change). ``reset_stream`` (a new patient on a bed) restarts the scale
+  too. The alert tracker is kept: episode numbers keep counting and an open episode stays open until post-warm-up
+  scores clear it.
 - **Model swap.** Same file (sha256) and card: everything is kept. Same inputs (channels, window, differencing,
-  normalisation) but other weights: windows are kept, the score state restarts (raw scores of two models are on
-  different scales, and must not share one adjusted-score history) with the new card's calibration. Other inputs:
-  windows restart too (pending readings are discarded). Alert episodes are kept in every case.
+  normalisation, scaling) but other weights: windows and scales are kept, the detector restarts (two models'
+  distances are on different scales). Other inputs: windows restart too (pending readings are discarded). Alert
+  episodes are kept in every case.
 """
 from __future__ import annotations
 
@@ -44,9 +46,12 @@ from typing import Any, Mapping
 import numpy as np
 
 from .alerts import AlertConfig, AlertEvent, AlertTracker
+from .detector import Detector, DetectorConfig
 from .engine import Engine
 from .payloads import Reading
-from .scoring import DEFAULT_MIN_COUNT, StreamScorer, raw_score
+from .preprocess import StreamScaler, scale_windows
+from .scoring import raw_score
+from .sharding import LANE_SEPARATOR
 from .step_engine import StepEngine, StepGraph
 from .windows import StepBatch, WindowConfig, WindowStore, contract_differences, input_contract
 
@@ -63,11 +68,12 @@ class ScoredReading:
     stream: str
     step: int
     timestamp: float
-    raw: float
-    adjusted: float
+    raw: float  # the paper's masked-vs-unmasked distance, summed over the stream's lanes
+    score: float  # the detector's surprise (−log10 tail probability, corrected for the tests made)
     threshold: float
     warming: bool
-    alert: bool  # the paper protocol's detector decision (score > threshold outside the refractory delay)
+    alert: bool  # the detector's decision
+    channel: str  # the channel (lane) behind the score; "" for a fixed-channel model or no score
     values: dict[str, float]  # the step's raw channel values, NaN = missing
     window_start: float  # time of the window's first step (step * period)
     window_end: float  # time of the window's last step, the scored one
@@ -81,9 +87,9 @@ class AlertOut:
     stream: str
     state: str
     severity: str
-    score: float  # the raw score of the reading that changed the state
-    adjusted: float
+    score: float  # the detector's score of the reading that changed the state
     threshold: float
+    channel: str
     values: dict[str, float]
     window_start: float
     window_end: float
@@ -92,12 +98,27 @@ class AlertOut:
 
 @dataclass
 class TickResult:
-    """What one ``tick`` produced, and what its single engine call cost."""
+    """What one ``tick`` produced, and what its engine calls cost."""
 
     scored: list[ScoredReading]
     alerts: list[AlertOut]
     batch_rows: int  # rows sent to the engine (2 per scored window: unmasked and masked)
     inference_seconds: float
+
+
+def lane_rounds(stream_of_row: np.ndarray, step: np.ndarray) -> list[np.ndarray]:
+    """Split batch rows into rounds of at most one step per stream (all of that step's lanes), in time order."""
+    if not len(step):
+        return []
+    order = np.lexsort((step, stream_of_row))
+    s, k = stream_of_row[order], step[order]
+    new_stream = np.r_[True, s[1:] != s[:-1]]
+    group = np.cumsum(new_stream | np.r_[True, k[1:] != k[:-1]]) - 1
+    first = np.maximum.accumulate(np.where(new_stream, group, 0))
+    rounds = np.empty(len(step), dtype=np.int64)
+    rounds[order] = group - first
+    by_round = np.argsort(rounds, kind="stable")
+    return np.split(by_round, np.flatnonzero(np.diff(rounds[by_round])) + 1)
 
 
 class Monitor:
@@ -108,65 +129,90 @@ class Monitor:
         engine: Engine,
         windows: WindowConfig = WindowConfig(),
         alerts: AlertConfig = AlertConfig(),
-        warmup: int | None = None,
-        min_count: int = DEFAULT_MIN_COUNT,
+        detector: DetectorConfig = DetectorConfig(),
     ) -> None:
-        if warmup is not None and warmup < 0:
-            raise ValueError(f"warmup must be >= 0 readings (or None for the card's scoring.z), got {warmup}")
+        if engine.card.scaling == "stream" and engine.selected == "step":
+            raise ValueError("a stream-scaled model cannot run the incremental step engine (its state would hold "
+                             "inputs scaled with outdated statistics): set model.engine to pruned_pair or full")
         self.engine = engine
         self.alert_config = alerts
-        self.min_count = int(min_count)
-        self._warmup_arg = warmup
+        self.detector_config = detector
         self._store = WindowStore(engine.card, windows)
-        self._scorer = self._new_scorer(0)
+        self._names: list[str] = []
+        self._index: dict[str, int] = {}
+        self._lane_stream = np.zeros(0, dtype=np.int64)
+        self._scaler = self._new_scaler(0)
+        self._detector = self._new_detector(0, 0)
         self._tracker = AlertTracker(alerts)
-        self._scored = np.zeros(0, dtype=np.int64)  # finite raw scores since each stream's last reset
         self._counters = dict.fromkeys(MONITOR_COUNTERS, 0)
         self._steps = self._new_step_engine(engine)
 
     @property
-    def warmup(self) -> int:
-        """Earlier finite scores a stream needs before it may alert."""
-        return self.engine.card.scoring.z if self._warmup_arg is None else int(self._warmup_arg)
+    def independent(self) -> bool:
+        """Whether every channel of a stream is its own lane (a channel-independent model)."""
+        return self.engine.card.channel_mode == "independent"
 
     @property
     def window_config(self) -> WindowConfig:
         """The window settings in use."""
         return self._store.config
 
-    def _new_scorer(self, n_streams: int) -> StreamScorer:
-        card = self.engine.card
-        s = card.scoring
-        return StreamScorer(s.z, s.beta, s.delay, card.calibration, self.min_count, n_streams=n_streams)
+    def _new_detector(self, streams: int, lanes: int) -> Detector:
+        detector = Detector(self.detector_config, self.engine.card.repr_dims)
+        detector.add(streams, lanes)
+        return detector
+
+    def _new_scaler(self, lanes: int) -> StreamScaler | None:
+        if self.engine.card.scaling != "stream":
+            return None
+        c = self.detector_config
+        return StreamScaler(c.scale_warmup, c.scale_adapt, n_streams=lanes * self.engine.card.input_dims)
 
     def _new_step_engine(self, engine: Engine) -> StepEngine | None:
-        """Per-stream state for the ``step`` engine when the selection chose it, else None (windowed scoring)."""
+        """Per-lane state for the ``step`` engine when the selection chose it, else None (windowed scoring)."""
         if engine.selected != "step":
             return None
         steps = StepEngine(StepGraph(engine.graphs["step"]), engine.card)
         steps.add_streams(self._store.n_streams)
         return steps
 
-    def _grow_to_store(self) -> None:
-        added = self._store.n_streams - self._scorer.n_streams
-        if added:
-            self._scorer.add_streams(added)
-            self._tracker.add_streams(added)
-            self._scored = np.concatenate([self._scored, np.zeros(added, dtype=np.int64)])
-            if self._steps is not None:
-                self._steps.add_streams(added)
-
     # readings in
+
+    def _lanes(self, reading: Reading) -> list[Reading]:
+        if not self.independent or not isinstance(reading.values, dict):
+            return [reading]
+        name = self.engine.card.channels[0]
+        return [Reading(f"{reading.stream}{LANE_SEPARATOR}{channel}", reading.timestamp, {name: value})
+                for channel, value in reading.values.items()] or [reading]  # fmt: skip
+
+    def _register_lane(self, lane: str, stream: str) -> None:
+        """Give a lane the store just added its stream (a new one too), detector, scaler and engine rows."""
+        if stream not in self._index:
+            self._index[stream] = len(self._names)
+            self._names.append(stream)
+            self._tracker.add_streams(1)
+            self._detector.add(1, 0)
+        self._lane_stream = np.append(self._lane_stream, self._index[stream])
+        self._detector.add(0, 1)
+        if self._scaler is not None:
+            self._scaler.add_streams(self.engine.card.input_dims)
+        if self._steps is not None:
+            self._steps.add_streams(1)
 
     def ingest(self, reading: Reading, now: float | None = None) -> str | None:
         """File a reading; None when accepted (duplicates included, counted), else the kind of rejection.
 
         ``now`` is the arrival time on ``tick``'s clock (starts the ``settle`` wait); without it the next tick
-        stamps the arrival. Never raises on data: see ``windows.WINDOW_REJECTIONS``.
+        stamps the arrival. Never raises on data: see ``windows.WINDOW_REJECTIONS``. A reading of a
+        channel-independent model is accepted when any of its channels is.
         """
-        kind = self._store.ingest(reading, now)
-        self._grow_to_store()
-        return kind
+        kinds = []
+        for lane in self._lanes(reading):
+            before = self._store.n_streams
+            kinds.append(self._store.ingest(lane, now))
+            if self._store.n_streams > before:
+                self._register_lane(lane.stream, reading.stream)
+        return None if None in kinds else kinds[0]
 
     def tick(self, now: float) -> TickResult:
         """Score every ready step of every stream (one engine call, or one per round with the step engine)."""
@@ -177,138 +223,187 @@ class Monitor:
             seconds = time.perf_counter() - started
         batch = self._store.collect(now, with_windows=self._steps is None)
         self._counters["ticks"] += 1
-        order = np.argsort(batch.round, kind="stable")
-        rounds = np.split(order, np.flatnonzero(np.diff(batch.round[order])) + 1) if len(batch) else []
+        rounds = lane_rounds(self._lane_stream[batch.stream_idx], batch.step)
         raw = np.full(len(batch), np.nan)
+        z = np.zeros((len(batch), self.engine.card.repr_dims), dtype=np.float32)
         rows_sent = 0
+        started = time.perf_counter()
         if self._steps is not None:
-            started = time.perf_counter()
             for rows in rounds:
-                raw[rows] = self._advance_steps(batch, rows)
-            seconds += time.perf_counter() - started
+                raw[rows], z[rows] = self._advance_steps(batch, rows)
             rows_sent = 2 * len(batch)
             self._counters["engine_calls"] += len(rounds)
-            self._counters["engine_rows"] += rows_sent
         elif batch.windows.shape[0]:
-            started = time.perf_counter()
-            z_unmasked, z_masked = self.engine.last_step_pair(batch.windows, batch.starts)
-            seconds = time.perf_counter() - started
-            raw[batch.complete] = raw_score(z_unmasked, z_masked)
-            rows_sent = 2 * batch.windows.shape[0]
+            complete = np.flatnonzero(batch.complete)
+            windows = self._scaled_windows(batch, rounds, complete)
+            z_unmasked, z_masked = self.engine.last_step_pair(windows, batch.starts)
+            raw[complete], z[complete] = raw_score(z_unmasked, z_masked), z_unmasked
+            rows_sent = 2 * len(complete)
             self._counters["engine_calls"] += 1
-            self._counters["engine_rows"] += rows_sent
+        seconds += time.perf_counter() - started
+        self._counters["engine_rows"] += rows_sent
         scored: list[ScoredReading] = []
         alerts: list[AlertOut] = []
         # One round = at most one step per stream; a stream's later steps need the state its earlier ones left.
         for rows in rounds:
-            self._step_round(batch, rows, raw[rows], scored, alerts)
+            self._step_round(batch, rows, raw[rows], z[rows], scored, alerts)
         return TickResult(scored, alerts, rows_sent, seconds)
 
+    def _scaled_windows(self, batch: StepBatch, rounds: list[np.ndarray], complete: np.ndarray) -> np.ndarray:
+        """The batch's windows, each scaled by its lane's statistics up to its step (stream-scaled models)."""
+        if self._scaler is None:
+            return batch.windows
+        windows = np.array(batch.windows, dtype=np.float32)
+        position = np.full(len(batch), -1)
+        position[complete] = np.arange(len(complete))
+        c = self.engine.card.input_dims
+        for rows in rounds:
+            pos = position[rows]
+            lanes = batch.stream_idx[rows][pos >= 0]
+            pos = pos[pos >= 0]
+            if pos.size:
+                scaler_rows = (lanes[:, None] * c + np.arange(c)).ravel()
+                windows[pos] = scale_windows(self._scaler, scaler_rows, windows[pos])
+        return windows
+
     def _refresh_steps(self) -> None:
-        """Rebuild the step state of live streams whose state is stale from their stored windows."""
+        """Rebuild the step state of live lanes whose state is stale from their stored windows."""
         assert self._steps is not None
         stale = np.flatnonzero(~self._steps.valid)
         if stale.size:
             windows, ends, live = self._store.histories(stale)
             self._steps.rebuild(stale[live], windows[live], ends[live])
 
-    def _advance_steps(self, batch: StepBatch, rows: np.ndarray) -> np.ndarray:
-        """Advance one round (at most one row per stream) through the step engine; raw scores of its rows."""
+    def _advance_steps(self, batch: StepBatch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Advance one round (at most one row per lane) through the step engine; distances and representations."""
         assert self._steps is not None
         idx, steps = batch.stream_idx[rows], batch.step[rows]
-        # A new or reset stream (or a state that does not end just before this step) starts from an empty window.
+        # A new or reset lane (or a state that does not end just before this step) starts from an empty window.
         fresh = batch.reset[rows] | ~self._steps.valid[idx] | (self._steps.last_step[idx] != steps - 1)
         if fresh.any():
             empty = np.full((int(fresh.sum()), self._store.window - 1, len(self._store.channels)), np.nan, np.float32)
             self._steps.rebuild(idx[fresh], empty, steps[fresh] - 1)
         z_unmasked, z_masked = self._steps.advance(idx, batch.prepared[rows], steps)
-        raw = np.full(len(rows), np.nan)
-        complete = batch.complete[rows]
-        raw[complete] = raw_score(z_unmasked[complete], z_masked[complete])
-        return raw
+        raw = np.where(batch.complete[rows], raw_score(z_unmasked, z_masked), np.nan)
+        return raw, z_unmasked
 
     def _step_round(
-        self, batch: StepBatch, rows: np.ndarray, raw: np.ndarray, scored: list[ScoredReading], alerts: list[AlertOut]
+        self,
+        batch: StepBatch,
+        rows: np.ndarray,
+        raw: np.ndarray,
+        z: np.ndarray,
+        scored: list[ScoredReading],
+        alerts: list[AlertOut],
     ) -> None:
-        idx = batch.stream_idx[rows]
-        reset = idx[batch.reset[rows]]
-        if reset.size:
-            self._reset_scores(reset)
-        out = self._scorer.step(idx, raw)
-        warming = (self._scored[idx] < self.warmup) | np.isnan(out.thresholds)
-        finite = np.isfinite(raw)
-        self._scored[idx] += finite
-        self._counters["scored"] += int(finite.sum())
-        self._counters["detections"] += int(out.alerts.sum())
-        events = self._tracker.step(idx, np.where(warming, np.nan, out.adjusted), out.thresholds)
+        lanes = batch.stream_idx[rows]
+        streams, lane_of = np.unique(self._lane_stream[lanes], return_inverse=True)
+        reset = batch.reset[rows]
+        if reset.any():
+            self._detector.reset(np.unique(streams[lane_of[reset]]), lanes[reset])
+        out = self._detector.step(streams, lanes, lane_of, raw, z)
+        self._counters["scored"] += int(np.isfinite(out.score).sum())
+        self._counters["detections"] += int(out.alert.sum())
+        threshold = self.detector_config.threshold
+        events = self._tracker.step(streams, np.where(out.warming, np.nan, out.score), threshold)
 
+        is_reading = np.zeros(len(streams), dtype=bool)
+        np.logical_or.at(is_reading, lane_of, batch.reading[rows])
+        stream_raw = np.zeros(len(streams))
+        np.add.at(stream_raw, lane_of, raw)
         period, w = self._store.config.period, self._store.window
-        for j in np.flatnonzero(batch.reading[rows]).tolist():
-            row = int(rows[j])
+        first_row = np.zeros(len(streams), dtype=np.int64)
+        first_row[lane_of[::-1]] = rows[::-1]
+        values = [dict() for _ in streams] if self.independent else None
+        if values is not None:
+            for j, row in zip(lane_of.tolist(), rows.tolist()):
+                values[j][self._channel(int(batch.stream_idx[row]))] = float(batch.raw[row, 0])
+        for j in np.flatnonzero(is_reading).tolist():
+            row = int(first_row[j])
             step = int(batch.step[row])
+            timestamps = batch.timestamp[rows[lane_of == j]]
             scored.append(ScoredReading(
-                stream=self._store.names[int(idx[j])], step=step, timestamp=float(batch.timestamp[row]),
-                raw=float(raw[j]), adjusted=float(out.adjusted[j]), threshold=float(out.thresholds[j]),
-                warming=bool(warming[j]), alert=bool(out.alerts[j]), values=self._values(batch.raw[row]),
+                stream=self._names[int(streams[j])], step=step, timestamp=float(np.nanmin(timestamps)),
+                raw=float(stream_raw[j]), score=float(out.score[j]), threshold=threshold,
+                warming=bool(out.warming[j]), alert=bool(out.alert[j]), channel=self._channel(int(out.lane[j])),
+                values=values[j] if values is not None else self._values(batch.raw[row]),
                 window_start=(step - w + 1) * period, window_end=step * period,
             ))  # fmt: skip
-        position = {s: j for j, s in enumerate(idx.tolist())} if events else {}
+        position = {s: j for j, s in enumerate(streams.tolist())} if events else {}
         for event in events:
             j = position[event.stream_idx]
-            row = int(rows[j])
+            row = int(first_row[j])
             step = int(batch.step[row])
-            alerts.append(self._alert_out(event, float(raw[j]), batch.raw[row], step, float(batch.timestamp[row])))
+            stamp = float(np.nanmin(batch.timestamp[rows[lane_of == j]])) if is_reading[j] else math.nan
+            vals = values[j] if values is not None else self._values(batch.raw[row])
+            alerts.append(self._alert_out(event, self._channel(int(out.lane[j])), vals, step, stamp))
+
+    def _channel(self, lane: int) -> str:
+        """The channel a lane scores: its name after the separator (channel-independent models), else ""."""
+        if lane < 0 or not self.independent:
+            return ""
+        return self._store.names[lane].split(LANE_SEPARATOR, 1)[1]
 
     def _values(self, raw: np.ndarray) -> dict[str, float]:
         return dict(zip(self._store.channels, raw.tolist()))
 
-    def _alert_out(self, event: AlertEvent, score: float, raw: np.ndarray, step: int, timestamp: float) -> AlertOut:
+    def _alert_out(self, event: AlertEvent, channel: str, values: dict[str, float], step: int, stamp: float) -> AlertOut:
         self._counters[f"alerts_{event.state}"] += 1
-        stream = self._store.names[event.stream_idx]
+        stream = self._names[event.stream_idx]
         period, w = self._store.config.period, self._store.window
         return AlertOut(
             alert_id=event.alert_id(stream), stream=stream, state=event.state, severity=event.severity,
-            score=score, adjusted=event.adjusted, threshold=event.threshold, values=self._values(raw),
-            window_start=(step - w + 1) * period, window_end=step * period, timestamp=timestamp,
+            score=event.score, threshold=event.threshold, channel=channel, values=values,
+            window_start=(step - w + 1) * period, window_end=step * period, timestamp=stamp,
         )  # fmt: skip
-
-    def _reset_scores(self, idx: np.ndarray) -> None:
-        self._scorer.reset_streams(idx)
-        self._scored[idx] = 0
 
     # stream management
 
-    def _index(self, stream: str) -> int:
-        if stream not in self._store.index:
+    def _stream_lanes(self, stream: str) -> tuple[int, np.ndarray]:
+        if stream not in self._index:
             raise KeyError(f"unknown stream {stream!r}")
-        return self._store.index[stream]
+        i = self._index[stream]
+        return i, np.flatnonzero(self._lane_stream == i)
+
+    def _scaler_rows(self, lanes: np.ndarray) -> np.ndarray:
+        c = self.engine.card.input_dims
+        return (lanes[:, None] * c + np.arange(c)).ravel()
 
     def reset_stream(self, stream: str) -> None:
-        """Restart a stream's window and scores (a new patient on a bed); its alert episode numbering continues."""
-        i = self._index(stream)
-        self._store.request_reset(i)
-        self._reset_scores(np.array([i]))
+        """Restart a stream's windows, scales and detector (a new patient on a bed); episode numbering continues."""
+        i, lanes = self._stream_lanes(stream)
+        for lane in lanes.tolist():
+            self._store.request_reset(lane)
+        self._detector.reset(np.array([i]), lanes)
+        if self._scaler is not None:
+            self._scaler.reset_streams(self._scaler_rows(lanes))
         self._counters["streams_reset"] += 1
 
     def remove_stream(self, stream: str, now: float | None = None) -> list[AlertOut]:
         """Forget a stream (and its pending readings); returns a ``cleared`` event for an episode it left open."""
-        i = self._index(stream)
+        i, lanes = self._stream_lanes(stream)
         out = []
         if self._tracker.active_[i]:
             severity = ("none", "warning", "critical")[int(self._tracker.severity_[i])]
             alert_id = f"{stream}-{int(self._tracker.episode_[i])}"
             stamp = time.time() if now is None else now
             missing = dict.fromkeys(self._store.channels, math.nan)
-            out.append(AlertOut(alert_id, stream, "cleared", severity, math.nan, math.nan, math.nan, missing,
+            out.append(AlertOut(alert_id, stream, "cleared", severity, math.nan, math.nan, "", missing,
                                 math.nan, math.nan, stamp))  # fmt: skip
             self._counters["alerts_cleared"] += 1
-        idx = np.array([i])
-        self._store.remove_stream(i)
+        for lane in sorted(lanes.tolist(), reverse=True):
+            self._store.remove_stream(lane)
         if self._steps is not None:
-            self._steps.remove_streams(idx)
-        self._scorer.remove_streams(idx)
-        self._tracker.remove_streams(idx)
-        self._scored = np.delete(self._scored, idx)
+            self._steps.remove_streams(lanes)
+        if self._scaler is not None:
+            self._scaler.remove_streams(self._scaler_rows(lanes))
+        self._detector.remove(np.array([i]), lanes)
+        self._tracker.remove_streams(np.array([i]))
+        self._lane_stream = np.delete(self._lane_stream, lanes)
+        self._lane_stream[self._lane_stream > i] -= 1
+        del self._index[self._names.pop(i)]
+        for j in range(i, len(self._names)):
+            self._index[self._names[j]] = j
         self._counters["streams_removed"] += 1
         return out
 
@@ -317,25 +412,26 @@ class Monitor:
         old = self.engine
         differs = contract_differences(input_contract(old.card), input_contract(engine.card))
         same_model = not differs and engine.sha256 == old.sha256 and engine.card.to_json() == old.card.to_json()
-        n = self._store.n_streams
+        lanes = self._store.n_streams
         if differs:
             store = WindowStore(engine.card, self._store.config)
             for name in self._store.names:
                 store.add_stream(name)
             store.counters = self._store.counters
-            store.counters["discarded"] += sum(len(self._store.pending_steps(i)) for i in range(n))
+            store.counters["discarded"] += sum(len(self._store.pending_steps(i)) for i in range(lanes))
             self._store = store
             log.warning("model swap %s -> %s: %s differ; reset the windows and scores of all %d streams",
-                        old.card.name, engine.card.name, ", ".join(differs), n)  # fmt: skip
+                        old.card.name, engine.card.name, ", ".join(differs), len(self._names))  # fmt: skip
         elif not same_model:
             log.info("model swap %s -> %s: same inputs, kept the windows of all %d streams; scores restart",
-                     old.card.name, engine.card.name, n)  # fmt: skip
+                     old.card.name, engine.card.name, len(self._names))  # fmt: skip
         else:
-            log.info("model swap %s: same model, kept all state of %d streams", engine.card.name, n)
+            log.info("model swap %s: same model, kept all state of %d streams", engine.card.name, len(self._names))
         self.engine = engine
+        if differs:
+            self._scaler = self._new_scaler(lanes)
         if not same_model:
-            self._scorer = self._new_scorer(n)
-            self._scored[:] = 0
+            self._detector = self._new_detector(len(self._names), lanes)
         if not (same_model and self._steps is not None and engine.selected == "step"):
             # Other weights (or engine): the state is rebuilt from the kept windows before the next step.
             self._steps = self._new_step_engine(engine)
@@ -351,23 +447,27 @@ class Monitor:
     @property
     def streams(self) -> dict[str, str]:
         """Each stream's status: ``warming`` or ``active`` (may alert)."""
-        ready = self._scored >= self.warmup
-        if self._scorer.calibration is None:
-            ready &= self._scorer.online.count_ >= self._scorer.online.min_count
-        return {name: "active" if ok else "warming" for name, ok in zip(self._store.names, ready.tolist())}
+        ready = self._detector.gate.scored_ >= self.detector_config.min_count
+        return {name: "active" if ok else "warming" for name, ok in zip(self._names, ready.tolist())}
 
     # state
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Everything needed to resume scoring at once, as a flat dict of arrays (``np.savez``; JSON via tolist)."""
-        config = {"warmup": self._warmup_arg, "min_count": self.min_count, "sha256": self.engine.sha256,
-                  "card": self.engine.card.to_json(), "alerts": asdict(self.alert_config),
-                  "counters": self._counters}  # fmt: skip
-        state = {"monitor/config": np.array(json.dumps(config)), "monitor/scored": self._scored.copy()}
-        parts = [("windows", self._store), ("scorer", self._scorer), ("tracker", self._tracker)]
+    def _parts(self) -> list[tuple[str, Any]]:
+        parts: list[tuple[str, Any]] = [("windows", self._store), ("detector", self._detector),
+                                        ("tracker", self._tracker)]  # fmt: skip
+        if self._scaler is not None:
+            parts.append(("scaler", self._scaler))
         if self._steps is not None:
             parts.append(("steps", self._steps))
-        for prefix, part in parts:
+        return parts
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything needed to resume scoring at once, as a flat dict of arrays (``np.savez``; JSON via tolist)."""
+        config = {"detector": self.detector_config.to_dict(), "sha256": self.engine.sha256,
+                  "card": self.engine.card.to_json(), "alerts": asdict(self.alert_config), "names": self._names,
+                  "counters": self._counters}  # fmt: skip
+        state = {"monitor/config": np.array(json.dumps(config)), "monitor/lane_stream": self._lane_stream.copy()}
+        for prefix, part in self._parts():
             state.update({f"{prefix}/{k}": v for k, v in part.state_dict().items()})
         return state
 
@@ -378,37 +478,43 @@ class Monitor:
         state: Mapping[str, Any],
         windows: WindowConfig | None = None,
         alerts: AlertConfig | None = None,
+        detector: DetectorConfig | None = None,
     ) -> "Monitor":
         """Resume from ``state_dict()``; ValueError for a model with other inputs (channels, window, ...).
 
-        ``windows``/``alerts`` default to the saved settings. A model with the same inputs but other weights keeps
-        the windows and restarts the scores, as ``swap_engine`` does.
+        ``windows``/``alerts``/``detector`` default to the saved settings. A model with the same inputs but other
+        weights, or other detector settings, keeps the windows and scales and restarts the detector, as
+        ``swap_engine`` does.
         """
         def part(prefix: str) -> dict[str, Any]:
             return {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + "/")}
 
         config = json.loads(str(np.asarray(state["monitor/config"])))
+        saved_detector = DetectorConfig.from_dict(config["detector"])
         store = WindowStore.from_state(engine.card, part("windows"), windows)
-        alerts = alerts or AlertConfig(**config["alerts"])
-        monitor = cls(engine, store.config, alerts, config["warmup"], config["min_count"])
+        monitor = cls(engine, store.config, alerts or AlertConfig(**config["alerts"]), detector or saved_detector)
         monitor._store = store
+        monitor._names = list(config["names"])
+        monitor._index = {name: i for i, name in enumerate(monitor._names)}
+        monitor._lane_stream = np.asarray(state["monitor/lane_stream"], dtype=np.int64)
         monitor._tracker = AlertTracker.from_state(part("tracker"))
-        monitor._tracker.config = alerts
-        scored = np.asarray(state["monitor/scored"], dtype=np.int64)
-        n = store.n_streams
-        if scored.shape != (n,) or monitor._tracker.n_streams != n:
-            raise ValueError(f"monitor state is inconsistent: {n} streams, scores for {scored.shape}, "
-                             f"{monitor._tracker.n_streams} alert rows")  # fmt: skip
+        monitor._tracker.config = monitor.alert_config
+        lanes, streams = store.n_streams, len(monitor._names)
+        if monitor._lane_stream.shape != (lanes,) or monitor._tracker.n_streams != streams:
+            raise ValueError(f"monitor state is inconsistent: {lanes} lanes mapped by {monitor._lane_stream.shape}, "
+                             f"{streams} streams, {monitor._tracker.n_streams} alert rows")  # fmt: skip
+        if monitor._scaler is not None:
+            saved = part("scaler")
+            monitor._scaler = StreamScaler.from_state(saved) if saved else monitor._new_scaler(lanes)
         monitor._steps = monitor._new_step_engine(engine)
-        if config["sha256"] == engine.sha256 and config["card"] == engine.card.to_json():
-            monitor._scorer = StreamScorer.from_state(part("scorer"))
-            monitor._scored = scored.copy()
+        same_model = config["sha256"] == engine.sha256 and config["card"] == engine.card.to_json()
+        if same_model and monitor.detector_config == saved_detector:
+            monitor._detector.load_state(part("detector"))
             if monitor._steps is not None:
-                monitor._steps.load_state(part("steps"), n)
+                monitor._steps.load_state(part("steps"), lanes)
         else:
-            log.info("resuming with another model (%s): kept the windows of %d streams; scores restart",
-                     engine.card.name, n)  # fmt: skip
-            monitor._scorer = monitor._new_scorer(n)
-            monitor._scored = np.zeros(n, dtype=np.int64)
+            log.info("resuming with another model or detector settings (%s): kept the windows of %d streams; "
+                     "scores restart", engine.card.name, streams)  # fmt: skip
+            monitor._detector = monitor._new_detector(streams, lanes)
         monitor._counters.update(config["counters"])
         return monitor

@@ -123,6 +123,7 @@ def encode_recording(
 class Detection:
     """The detector over a recording: per step score (NaN = none), alert, warming and the lane behind the score."""
 
+    raw: np.ndarray  # the paper's masked-vs-unmasked distance, summed over lanes
     score: np.ndarray
     alerts: np.ndarray
     warming: np.ndarray
@@ -141,7 +142,7 @@ def detect_recording(
     detector = Detector(config, engine.card.repr_dims)
     detector.add(1, lanes)
     one, rows, lane_of = np.zeros(1, dtype=np.int64), np.arange(lanes), np.zeros(lanes, dtype=np.int64)
-    out = Detection(np.full(t, np.nan), np.zeros(t, dtype=bool), np.ones(t, dtype=bool), np.full(t, -1))
+    out = Detection(features.raw, np.full(t, np.nan), np.zeros(t, dtype=bool), np.ones(t, dtype=bool), np.full(t, -1))
     for i in range(t):
         step = detector.step(one, rows, lane_of, features.distance[i], features.z[i])
         out.score[i], out.alerts[i], out.warming[i], out.lane[i] = step.score[0], step.alert[0], step.warming[0], \

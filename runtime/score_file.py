@@ -1,10 +1,9 @@
 """``trep-edge score``: the daemon's scoring and alerting over a recorded file, written as a CSV and a PNG plot.
 
-The numbers come from the functions the daemon's monitor uses: ``offline.raw_scores`` (the same windows and the
-same engine call), ``scoring.score_series`` (adjusted score, threshold, the paper's detector) and
-``alerts.AlertTracker`` (episodes), with the monitor's warm-up rule, so replaying the same file through the
-daemon gives the same scores and the same alert episodes (tests/runtime/test_daemon_end_to_end.py).
-The file is one stream with no long gaps: unlike the daemon, this path does not reset a stream after a gap.
+The numbers come from the code the daemon's monitor runs: ``offline.encode_recording`` (the same windows, the same
+per-stream scaling, the same engine call), ``detector.Detector`` one reading at a time (``offline.detect_recording``)
+and ``alerts.AlertTracker`` (episodes), so replaying the same file through the daemon gives the same scores and the
+same alert episodes (tests/runtime/test_daemon_end_to_end.py). The file is one stream: rows are consecutive steps.
 """
 from __future__ import annotations
 
@@ -16,10 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from .alerts import AlertConfig, AlertTracker
+from .detector import DetectorConfig
 from .engine import Engine
-from .offline import prepare, raw_scores
+from .offline import detect_recording
 from .replay import RecordedSeries
-from .scoring import DEFAULT_MIN_COUNT, score_series
 
 
 @dataclass
@@ -28,55 +27,53 @@ class FileScores:
 
     stream: str
     channels: list[str]
-    values: np.ndarray  # [T, C] in the model's channel order
-    raw: np.ndarray
-    adjusted: np.ndarray
-    thresholds: np.ndarray
-    alerts: np.ndarray  # the detector's decisions (paper protocol)
+    values: np.ndarray  # [T, C] in the model's channel order (every channel of the file for an independent model)
+    raw: np.ndarray  # the paper's masked-vs-unmasked distance, summed over lanes
+    score: np.ndarray  # the detector's surprise
+    threshold: float
+    alerts: np.ndarray  # the detector's decisions
     warming: np.ndarray
+    channel: list[str]  # the channel behind each step's score ("" for a fixed-channel model)
     events: list[tuple[int, str, str, str]]  # (step, state, severity, alert_id)
     labels: np.ndarray | None
 
 
-def model_inputs(engine: Engine, series: RecordedSeries) -> np.ndarray:
-    """The series' columns in the model card's channel order; a channel the data lacks is an error."""
+def model_inputs(engine: Engine, series: RecordedSeries) -> tuple[list[str], np.ndarray]:
+    """The channels the model scores and their columns: the card's, in its order; every column of the file for a
+    channel-independent model. A channel the data lacks is an error."""
+    if engine.card.channel_mode == "independent":
+        return list(series.channels), series.values
     missing = [c for c in engine.card.channels if c not in series.channels]
     if missing:
         raise ValueError(f"the data has no column(s) {missing} for the model's channels {engine.card.channels}; "
                          f"it has {series.channels} (rename with --rename DATA=MODEL)")  # fmt: skip
-    return series.values[:, [series.channels.index(c) for c in engine.card.channels]]
+    return list(engine.card.channels), series.values[:, [series.channels.index(c) for c in engine.card.channels]]
 
 
 def score_recording(
     engine: Engine,
     series: RecordedSeries,
     alerts: AlertConfig = AlertConfig(),
-    warmup: int | None = None,
-    min_count: int = DEFAULT_MIN_COUNT,
+    detector: DetectorConfig = DetectorConfig(),
 ) -> FileScores:
     """Score every step of a recording as the daemon's monitor would (module docstring)."""
-    card = engine.card
-    values = model_inputs(engine, series)
-    raw = raw_scores(engine, prepare(engine, values))
-    s = card.scoring
-    scored = score_series(raw, s.z, card.calibration, s.beta, s.delay, min_count)
-    # The monitor's warm-up: fewer than `warmup` earlier finite raw scores, or no threshold yet.
-    finite = np.isfinite(raw)
-    earlier = np.cumsum(finite) - finite
-    warming = (earlier < (s.z if warmup is None else warmup)) | np.isnan(scored.thresholds)
+    channels, values = model_inputs(engine, series)
+    detection = detect_recording(engine, values, detector)
     tracker = AlertTracker(alerts, n_streams=1)
     one = np.zeros(1, dtype=np.int64)
     events = []
-    for t in range(len(raw)):
-        adjusted = np.nan if warming[t] else scored.adjusted[t]
-        for e in tracker.step(one, np.array([adjusted]), np.array([scored.thresholds[t]])):
+    for t in range(len(values)):
+        score = np.nan if detection.warming[t] else detection.score[t]
+        for e in tracker.step(one, np.array([score]), np.array([detector.threshold])):
             events.append((t, e.state, e.severity, e.alert_id(series.stream)))
-    return FileScores(series.stream, list(card.channels), values, raw, scored.adjusted, scored.thresholds,
-                      scored.alerts, warming, events, series.labels)  # fmt: skip
+    independent = engine.card.channel_mode == "independent"
+    lane_channel = [channels[k] if independent and k >= 0 else "" for k in detection.lane.tolist()]
+    return FileScores(series.stream, channels, values, detection.raw, detection.score, detector.threshold,
+                      detection.alerts, detection.warming, lane_channel, events, series.labels)  # fmt: skip
 
 
 def write_csv(result: FileScores, path: str | Path) -> None:
-    """One row per step: step, channel values, raw, adjusted, threshold, alert, warming, event, label."""
+    """One row per step: step, channel values, raw, score, threshold, alert, warming, channel, event, label."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     events = {step: (state, severity, alert_id) for step, state, severity, alert_id in result.events}
@@ -86,14 +83,14 @@ def write_csv(result: FileScores, path: str | Path) -> None:
 
     with open(path, "w", newline="") as fh:
         out = csv.writer(fh)
-        out.writerow(["step", *result.channels, "raw", "adjusted", "threshold", "alert", "warming", "event",
+        out.writerow(["step", *result.channels, "raw", "score", "threshold", "alert", "warming", "channel", "event",
                       "severity", "alert_id", "label"])  # fmt: skip
         for t in range(len(result.raw)):
             state, severity, alert_id = events.get(t, ("", "", ""))
             label = "" if result.labels is None else int(result.labels[t])
-            out.writerow([t, *(num(v) for v in result.values[t]), num(result.raw[t]), num(result.adjusted[t]),
-                          num(result.thresholds[t]), int(result.alerts[t]), int(result.warming[t]), state,
-                          severity, alert_id, label])  # fmt: skip
+            out.writerow([t, *(num(v) for v in result.values[t]), num(result.raw[t]), num(result.score[t]),
+                          num(result.threshold), int(result.alerts[t]), int(result.warming[t]), result.channel[t],
+                          state, severity, alert_id, label])  # fmt: skip
 
 
 def _spans(mask: np.ndarray) -> list[tuple[int, int]]:
@@ -102,7 +99,7 @@ def _spans(mask: np.ndarray) -> list[tuple[int, int]]:
 
 
 def write_plot(result: FileScores, path: str | Path, title: str = "") -> None:
-    """Signal, adjusted score with threshold, detector alerts, alert episodes and labelled anomalies."""
+    """Signal, detector score with threshold, detector alerts, alert episodes and labelled anomalies."""
     try:
         import matplotlib
 
@@ -118,11 +115,11 @@ def write_plot(result: FileScores, path: str | Path, title: str = "") -> None:
     for c, name in enumerate(result.channels):
         top.plot(steps, result.values[:, c], lw=0.7, label=name)
     top.set_ylabel("signal")
-    bottom.plot(steps, result.adjusted, lw=0.7, color="tab:blue", label="adjusted score")
-    bottom.plot(steps, result.thresholds, lw=1.0, color="tab:red", ls="--", label="threshold")
+    bottom.plot(steps, result.score, lw=0.7, color="tab:blue", label="score (surprise)")
+    bottom.axhline(result.threshold, lw=1.0, color="tab:red", ls="--", label="threshold")
     hits = np.flatnonzero(result.alerts)
-    bottom.scatter(hits, result.adjusted[hits], color="tab:red", s=18, zorder=3, label="detector alert")
-    bottom.set_ylabel("adjusted score")
+    bottom.scatter(hits, result.score[hits], color="tab:red", s=18, zorder=3, label="detector alert")
+    bottom.set_ylabel("score")
     bottom.set_xlabel("step")
     # A few-step anomaly in a long series would be thinner than a pixel: draw spans at least 0.3 % wide.
     pad = max(0.0, (0.003 * len(steps) - 1) / 2)

@@ -18,12 +18,16 @@ from dataclasses import dataclass
 
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
+LANE_SEPARATOR = "\x1f"
+"""Joins a stream id and a channel into the name of one lane of a channel-independent model (``monitor.py``); a
+control character, so never part of a valid stream id. A lane belongs to the shard of its stream."""
+
 
 def shard_of(stream: str, count: int) -> int:
-    """The index of the shard, out of ``count``, that owns ``stream``."""
+    """The index of the shard, out of ``count``, that owns ``stream`` (or the lane ``stream + LANE_SEPARATOR + ...``)."""
     if count < 1:
         raise ValueError(f"the number of shards must be >= 1, got {count}")
-    return zlib.crc32(stream.encode("utf-8")) % count
+    return zlib.crc32(stream.split(LANE_SEPARATOR, 1)[0].encode("utf-8")) % count
 
 
 @dataclass(frozen=True)

@@ -84,19 +84,21 @@ class WindowConfig:
 
 
 def input_contract(card: ModelCard) -> dict[str, Any]:
-    """What a model's windows depend on: channels, window length, differencing and normalisation."""
+    """What a model's windows depend on: channels, window length, differencing, normalisation and scaling."""
     return {
         "channels": list(card.channels),
         "window": card.window,
         "differencing": card.differencing,
         "forward_fill": card.forward_fill,
         "normalisation": {k: [float(v) for v in card.normalisation[k]] for k in ("mean", "std")},
+        "scaling": card.scaling,
+        "channel_mode": card.channel_mode,
     }
 
 
 def contract_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """Names of the ``input_contract`` fields that differ between two models."""
-    keys = ("channels", "window", "differencing", "forward_fill", "normalisation")
+    keys = ("channels", "window", "differencing", "forward_fill", "normalisation", "scaling", "channel_mode")
     return [key for key in keys if old.get(key) != new.get(key)]
 
 
