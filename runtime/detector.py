@@ -64,6 +64,9 @@ class DetectorConfig:
         protect: alerting readings in a row that the statistics skip before they learn a lasting change.
         scale_warmup: readings that set a lane's location and scale (models with ``scaling = "stream"``).
         scale_adapt: effective readings in the slow update of location and scale after that; 0 = frozen.
+        prior_weight: readings' worth of weight given to the model card's ``detector_prior`` (the signals' statistics
+            on the model's calibration data), which lets a new stream alert after ``min_count - prior_weight``
+            readings; 0 ignores the prior.
     """
 
     signals: tuple[str, ...] = SIGNALS
@@ -78,6 +81,7 @@ class DetectorConfig:
     protect: int = 200
     scale_warmup: int = 100
     scale_adapt: int = 10_000
+    prior_weight: int = 100
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
@@ -88,7 +92,7 @@ class DetectorConfig:
         for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup"):
             if getattr(self, name) < 1:
                 raise ValueError(f"detector {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("exclusion", "refractory", "protect", "scale_adapt"):
+        for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
         if not math.isfinite(self.threshold) or self.threshold <= 0:
@@ -149,6 +153,32 @@ def _surprise(x: np.ndarray) -> np.ndarray:
     return upper_tail_surprise(x).astype(np.float64) if x.size else np.zeros(x.shape)
 
 
+@dataclass(frozen=True)
+class SignalPrior:
+    """Mean and variance of each log-signal over a model's calibration data, and the weight a fresh lane gives them.
+
+    Stored in the model card as ``detector_prior`` (``{"signals": [...], "mean": [...], "var": [...], "n": N}``).
+    """
+
+    mean: tuple[float, ...]
+    var: tuple[float, ...]
+    count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (state configs)."""
+        return {"mean": list(self.mean), "var": list(self.var), "count": self.count}
+
+    @classmethod
+    def from_card(cls, card_prior: Mapping[str, Any], signals: tuple[str, ...], weight: int) -> SignalPrior | None:
+        """The card's prior for ``signals`` with ``weight``; None when it lacks one of them or the weight is 0."""
+        names = list(card_prior.get("signals", []))
+        if weight <= 0 or not all(s in names for s in signals):
+            return None
+        pick = [names.index(s) for s in signals]
+        mean, var = (tuple(float(card_prior[k][i]) for i in pick) for k in ("mean", "var"))
+        return cls(mean, var, int(min(weight, card_prior.get("n", weight))))
+
+
 class RepresentationMemory(StreamState):
     """A bounded memory of each lane's earlier representations and the ``novelty`` signal it gives.
 
@@ -198,25 +228,36 @@ class SignalStats(StreamState):
     """Long-run mean/variance and the last ``short`` values of K log-signals per lane; their surprise.
 
     The statistics are expanding (Welford) for the first ``horizon`` values, then exponential with weight
-    ``1/horizon``, so a stream that drifts slowly keeps a current baseline. NaN values are not learned.
+    ``1/horizon``, so a stream that drifts slowly keeps a current baseline. NaN values are not learned. With a
+    ``prior``, a fresh lane starts from its mean and variance as if it had seen ``prior.count`` values.
     State: ``count_``, ``mean_``, ``var_`` ``[S, K]``; ``recent_`` ``[S, K, short]`` (NaN = empty), ``pos_`` ``[S]``.
     """
 
-    def __init__(self, k: int, horizon: int = 2000, short: int = 5, n_streams: int = 0) -> None:
+    def __init__(
+        self, k: int, horizon: int = 2000, short: int = 5, prior: SignalPrior | None = None, n_streams: int = 0
+    ) -> None:
         self.k, self.horizon, self.short = int(k), int(horizon), int(short)
+        self.prior = prior
         super().__init__(n_streams)
 
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        p = self.prior
         return {
-            "count_": np.zeros((n, self.k), dtype=np.int64),
-            "mean_": np.zeros((n, self.k)),
-            "var_": np.zeros((n, self.k)),
+            "count_": np.full((n, self.k), 0 if p is None else p.count, dtype=np.int64),
+            "mean_": np.zeros((n, self.k)) + (0.0 if p is None else np.asarray(p.mean)),
+            "var_": np.zeros((n, self.k)) + (0.0 if p is None else np.asarray(p.var)),
             "recent_": np.full((n, self.k, self.short), np.nan),
             "pos_": np.zeros(n, dtype=np.int64),
         }
 
     def _config(self) -> dict[str, Any]:
-        return {"k": self.k, "horizon": self.horizon, "short": self.short}
+        prior = None if self.prior is None else self.prior.to_dict()
+        return {"k": self.k, "horizon": self.horizon, "short": self.short, "prior": prior}
+
+    @classmethod
+    def _from_config(cls, config: dict[str, Any]) -> SignalStats:
+        prior = config.get("prior")
+        return cls(config["k"], config["horizon"], config["short"], None if prior is None else SignalPrior(**prior))
 
     def surprise(self, idx: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Surprise ``[n, K]`` of log-signals ``x [n, K]`` against each lane's history (NaN: no history or no value).
@@ -301,6 +342,7 @@ class DetectorStep:
     warming: np.ndarray  # [n] bool
     lane: np.ndarray  # [n] the lane row (channel) with the largest surprise, -1 when none
     lane_score: np.ndarray  # [m] each lane's own best surprise (NaN = none), before the correction
+    signals: np.ndarray  # [m, K] each lane's log-signals (NaN = none)
 
 
 class Detector:
@@ -311,12 +353,15 @@ class Detector:
     removes and resets lanes and streams together.
     """
 
-    def __init__(self, config: DetectorConfig, dims: int) -> None:
+    def __init__(self, config: DetectorConfig, dims: int, card_prior: Mapping[str, Any] | None = None) -> None:
         self.config, self.dims = config, int(dims)
         c = config
+        prior = SignalPrior.from_card(card_prior, c.signals, c.prior_weight) if card_prior else None
         self.memory = RepresentationMemory(dims, c.memory, c.stride, c.exclusion)
-        self.stats = SignalStats(len(c.signals), c.horizon, c.short)
-        self.gate = AlertGate(c.threshold, c.min_count, c.refractory, c.protect)
+        self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior)
+        # A prior stands for that many readings of the stream's own warm-up.
+        warmup = c.min_count - (0 if prior is None else prior.count)
+        self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect)
 
     def _lane_parts(self) -> tuple[StreamState, ...]:
         return (self.memory, self.stats)
@@ -378,7 +423,7 @@ class Detector:
         baseline = learn[lane_of] & valid
         self.stats.learn(lanes[valid], signals[valid], baseline[valid])
         self.memory.remember(lanes[baseline], z[baseline])
-        return DetectorStep(score, alert, warming, winner, lane_score)
+        return DetectorStep(score, alert, warming, winner, lane_score, signals)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Every part's state as one flat dict of arrays (``memory/``, ``stats/``, ``gate/`` prefixes)."""

@@ -61,18 +61,19 @@ class ModelCard:
     graphs: dict = field(default_factory=dict)
     scaling: str = "card"
     channel_mode: str = "fixed"
+    detector_prior: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
         """Canonical JSON text (sorted keys), identical in the ONNX metadata and the sidecar file.
 
-        ``graphs``, ``scaling`` and ``channel_mode`` are left out at their defaults, so a card without them keeps
+        ``graphs``, ``scaling``, ``channel_mode`` and ``detector_prior`` are left out at their defaults, so a card without them keeps
         the text (and the sha256-compared identity) older runtimes wrote.
         """
         data = asdict(self)
         if not self.graphs:
             del data["graphs"]
-        for key, default in (("scaling", "card"), ("channel_mode", "fixed")):
+        for key, default in (("scaling", "card"), ("channel_mode", "fixed"), ("detector_prior", {})):
             if data[key] == default:
                 del data[key]
         return json.dumps(data, sort_keys=True, indent=2)
@@ -149,9 +150,22 @@ class ModelCard:
             problems.append(f"channel_mode {self.channel_mode!r} is not one of {CHANNEL_MODES}")
         elif self.channel_mode == "independent" and self.input_dims != 1:
             problems.append(f"channel_mode 'independent' needs a univariate model (input_dims 1), got {self.input_dims}")
+        problems += _prior_problems(self.detector_prior)
         problems += _graph_problems(self.graphs)
         if problems:
             raise ModelCardError(f"{source} is invalid: " + "; ".join(problems))
+
+
+def _prior_problems(prior: object) -> list[str]:
+    """What is wrong with a card's ``detector_prior``: lists ``signals``, ``mean``, ``var`` of one length, and ``n``."""
+    if not prior:
+        return []
+    keys = ("signals", "mean", "var")
+    if not isinstance(prior, dict) or not all(isinstance(prior.get(k), list) for k in keys):
+        return ["detector_prior must hold the lists signals, mean and var, and n"]
+    if len({len(prior[k]) for k in keys}) != 1 or any(v < 0 for v in prior["var"]):
+        return ["detector_prior signals, mean and var must have one length, and var must be >= 0"]
+    return []
 
 
 def _graph_problems(graphs: object) -> list[str]:

@@ -158,7 +158,7 @@ class Monitor:
         return self._store.config
 
     def _new_detector(self, streams: int, lanes: int) -> Detector:
-        detector = Detector(self.detector_config, self.engine.card.repr_dims)
+        detector = Detector(self.detector_config, self.engine.card.repr_dims, self.engine.card.detector_prior)
         detector.add(streams, lanes)
         return detector
 
@@ -347,7 +347,9 @@ class Monitor:
     def _values(self, raw: np.ndarray) -> dict[str, float]:
         return dict(zip(self._store.channels, raw.tolist()))
 
-    def _alert_out(self, event: AlertEvent, channel: str, values: dict[str, float], step: int, stamp: float) -> AlertOut:
+    def _alert_out(
+        self, event: AlertEvent, channel: str, values: dict[str, float], step: int, stamp: float
+    ) -> AlertOut:
         self._counters[f"alerts_{event.state}"] += 1
         stream = self._names[event.stream_idx]
         period, w = self._store.config.period, self._store.window

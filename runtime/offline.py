@@ -7,6 +7,7 @@ over it one reading at a time, as the monitor does.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,8 +101,14 @@ def encode_recording(
     engine: Engine, values: np.ndarray, config: DetectorConfig = DetectorConfig(), batch: int = 256
 ) -> RecordingFeatures:
     """Run the model over every step of a recording ``[T, C]`` (card channel order), as the monitor would."""
-    lanes = recording_lanes(engine, values)
-    t, w = len(values), engine.card.window
+    return encode_lanes(engine, recording_lanes(engine, values), config, batch)
+
+
+def encode_lanes(
+    engine: Engine, lanes: list[np.ndarray], config: DetectorConfig = DetectorConfig(), batch: int = 256
+) -> RecordingFeatures:
+    """``encode_recording`` from prepared lane inputs (``recording_lanes`` output, or prepared training data)."""
+    t, w = (len(lanes[0]) if lanes else 0), engine.card.window
     distance = np.full((t, len(lanes)), np.nan)
     z = np.zeros((t, len(lanes), engine.card.repr_dims), dtype=np.float32)
     for k, prepared in enumerate(lanes):
@@ -138,13 +145,47 @@ def detect_recording(
 ) -> Detection:
     """Score and alert every step of a recording ``[T, C]`` with the detector, one reading at a time."""
     features = features if features is not None else encode_recording(engine, values, config)
+    return _run_detector(engine, features, config)[0]
+
+
+def _run_detector(engine: Engine, features: RecordingFeatures, config: DetectorConfig) -> tuple[Detection, np.ndarray]:
+    """The detector over precomputed features, one reading at a time; also every lane's log-signals ``[T, L, K]``."""
     t, lanes = features.distance.shape
-    detector = Detector(config, engine.card.repr_dims)
+    detector = Detector(config, engine.card.repr_dims, engine.card.detector_prior)
     detector.add(1, lanes)
     one, rows, lane_of = np.zeros(1, dtype=np.int64), np.arange(lanes), np.zeros(lanes, dtype=np.int64)
     out = Detection(features.raw, np.full(t, np.nan), np.zeros(t, dtype=bool), np.ones(t, dtype=bool), np.full(t, -1))
+    signals = np.full((t, lanes, len(config.signals)), np.nan)
     for i in range(t):
         step = detector.step(one, rows, lane_of, features.distance[i], features.z[i])
         out.score[i], out.alerts[i], out.warming[i], out.lane[i] = step.score[0], step.alert[0], step.warming[0], \
             step.lane[0]  # fmt: skip
-    return out
+        signals[i] = step.signals
+    return out, signals
+
+
+def detector_prior(
+    engine: Engine, prepared: list[np.ndarray], config: DetectorConfig = DetectorConfig(), max_steps: int = 20_000
+) -> dict:
+    """The model card's ``detector_prior``: mean and variance of each log-signal over normal prepared series.
+
+    Each series runs through the detector exactly as a new stream would (its own memory, no card prior), so the
+    prior describes what a fresh stream of this kind looks like, warm-up included.
+    """
+    cold = dataclasses.replace(config, prior_weight=0)
+    pooled, budget = [], max_steps
+    for series in prepared:
+        if budget <= 0:
+            break
+        series = np.asarray(series, dtype=np.float32)[:budget]
+        budget -= len(series)
+        lanes = [series[:, [c]] for c in range(series.shape[1])] if engine.card.channel_mode == "independent" \
+            else [series]  # fmt: skip
+        pooled.append(_run_detector(engine, encode_lanes(engine, lanes, cold), cold)[1].reshape(-1, len(cold.signals)))
+    values = np.concatenate(pooled) if pooled else np.zeros((0, len(cold.signals)))
+    finite = np.isfinite(values).all(axis=1)
+    if finite.sum() < 2:
+        raise ValueError(f"the detector prior needs at least 2 scored steps of calibration data, got {finite.sum()}")
+    values = values[finite]
+    return {"signals": list(cold.signals), "mean": values.mean(axis=0).tolist(), "var": values.var(axis=0).tolist(),
+            "n": int(len(values))}  # fmt: skip

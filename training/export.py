@@ -21,7 +21,7 @@ import torch
 from trep_edge import __version__
 from trep_edge.runtime.engine import Engine, last_step_pair, load_engine
 from trep_edge.runtime.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, ModelCard, Scoring, sidecar_path
-from trep_edge.runtime.offline import raw_scores
+from trep_edge.runtime.offline import detector_prior, raw_scores
 from trep_edge.runtime.scoring import Calibration, adjust_scores, calibrate, score_series
 from trep_edge.runtime.time_index import parse_time_index, time_index
 
@@ -302,7 +302,11 @@ def export_encoder(
         card.graphs = {name: graph_entry(blob, card.window) for name, blob in graphs.items()}
         write_card(staged, card, graphs)
         if calibration_series:
-            card.calibration = calibration_stats(load_engine(staged, "cpu"), calibration_series, max_calibration_steps)
+            staged_engine = load_engine(staged, "cpu")
+            card.calibration = calibration_stats(staged_engine, calibration_series, max_calibration_steps)
+            # The detector's cold-start prior: its signals on the same normal data, as fresh streams see them.
+            budget = max(max_calibration_steps, 20_000)
+            card.detector_prior = detector_prior(staged_engine, calibration_series, max_steps=budget)
             write_card(staged, card)
         os.replace(staged, out)
         os.replace(sidecar_path(staged), sidecar_path(out))
