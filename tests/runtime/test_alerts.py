@@ -78,7 +78,7 @@ def test_warming_up_thresholds_never_raise():
 def test_event_carries_score_threshold_and_formats_a_stable_id():
     tracker = AlertTracker(n_streams=3)
     events = tracker.step(np.array([2, 0]), np.array([3.0, 0.5]), np.array([1.5, 1.0]))
-    expected = AlertEvent(stream_idx=2, state="raised", severity="critical", adjusted=3.0, threshold=1.5, episode=1)
+    expected = AlertEvent(stream_idx=2, state="raised", severity="critical", score=3.0, threshold=1.5, episode=1)
     assert events == [expected]
     assert events[0].alert_id("pump-7") == "pump-7-1"
 

@@ -47,6 +47,8 @@ def test_every_field_is_settable_by_environment_with_its_type():
         for name, kind in field_types(section_class(section)).items():
             if kind == list[str]:
                 text, value = "a/{s}/b, c/{s}", ["a/{s}/b", "c/{s}"]
+            elif kind == tuple[str, ...]:  # detector.signals: a valid subset, in a non-default order
+                text, value = "novelty, distance", ("novelty", "distance")
             else:
                 text, value = samples[kind]
             env[f"TREP_EDGE_{section.upper()}_{name.upper()}"] = text
