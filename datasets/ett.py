@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .cells import is_number, parse_matrix
+from .cells import parse_matrix
 from .errors import DataFormatError
 from .table import Table, read_csv_table
+from .timestamps import is_time_column, parse_timestamps
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Series:
 
     values: float32 [T, C], NaN where a cell was empty.
     channels: the C column names, in file order (the timestamp column excluded).
-    timestamps: datetime64[s] [T] when the first column holds ISO 8601 date-times, else None.
+    timestamps: UTC datetime64[ms] [T] when the first column holds timestamps (datasets/timestamps.py), else None.
     name: the file name without its extension.
 
     In the MIMIC-II numerics (icu_vitals/s00001_numerics/*_decoded.csv) an empty cell is missing and a 0 means
@@ -34,13 +35,15 @@ class Series:
 
 
 def load_csv(path: str | os.PathLike[str], zero_as_missing: bool | Collection[str] = False) -> Series:
-    """Load a CSV with a header; a first column of ISO date-times becomes the timestamps, the rest float32 values.
+    """Load a CSV with a header; a first timestamp column becomes the timestamps, the rest float32 values.
+
+    The format (accepted timestamps included) is ``CSV_FORMAT`` in datasets/timestamps.py.
 
     zero_as_missing: True turns every 0 into NaN; a collection of channel names does it for those channels only
     (e.g. the sensor columns of a file whose first column is a minute counter starting at 0).
     """
     table = read_csv_table(path)
-    has_time = _first_column_is_datetime(table)
+    has_time = is_time_column(table.header[0], table.rows[0][0])
     channels = table.header[1:] if has_time else table.header
     rows = [row[1:] for row in table.rows] if has_time else table.rows
     # Row lengths are checked on the full rows first so a short row is reported as such, not as a bad cell.
@@ -48,20 +51,12 @@ def load_csv(path: str | os.PathLike[str], zero_as_missing: bool | Collection[st
     values = parse_matrix(
         rows, columns=channels, source=table.source, line_numbers=table.line_numbers, missing={""}
     ).astype(np.float32)
-    timestamps = _parse_timestamps(table) if has_time else None
+    timestamps = None
+    if has_time:
+        cells = [row[0] for row in table.rows]
+        timestamps = parse_timestamps(table.header[0], cells, table.source, table.line_numbers)
     _zeros_to_nan(values, channels, zero_as_missing)
     return Series(values=values, channels=list(channels), timestamps=timestamps, name=Path(path).stem)
-
-
-def _first_column_is_datetime(table: Table) -> bool:
-    first = table.rows[0][0]
-    if is_number(first):
-        return False
-    try:
-        np.datetime64(first, "s")
-    except ValueError:
-        return False
-    return True
 
 
 def _check_row_lengths(table: Table) -> None:
@@ -69,22 +64,6 @@ def _check_row_lengths(table: Table) -> None:
     for row, line in zip(table.rows, table.line_numbers):
         if len(row) != width:
             raise DataFormatError(table.source, f"expected {width} columns, found {len(row)}", line)
-
-
-def _parse_timestamps(table: Table) -> np.ndarray:
-    cells = [row[0] for row in table.rows]
-    try:
-        return np.array(cells, dtype="datetime64[s]")
-    except ValueError:
-        pass
-    # Slow path only on failure: find the first cell numpy refuses and report its line.
-    for cell, line in zip(cells, table.line_numbers):
-        try:
-            np.datetime64(cell, "s")
-        except ValueError:
-            problem = f"column {table.header[0]!r} value {cell!r} is not an ISO 8601 date-time"
-            raise DataFormatError(table.source, problem, line) from None
-    raise AssertionError("_parse_timestamps: numpy refused cells that parse one by one")
 
 
 def _zeros_to_nan(values: np.ndarray, channels: list[str], zero_as_missing: bool | Collection[str]) -> None:

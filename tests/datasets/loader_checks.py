@@ -22,3 +22,10 @@ def assert_names(error: pytest.ExceptionInfo[DataFormatError], file_name: str, l
         assert f"line {line}:" in message
         assert error.value.line == line
     assert problem in message
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    """Write `text` to folder/name and return the path."""
+    path = folder / name
+    path.write_text(text)
+    return path

@@ -1,17 +1,11 @@
 import numpy as np
 import pytest
-from loader_checks import assert_names, require
+from loader_checks import assert_names, require, write
 
 from trep_edge.datasets import DataFormatError, load_csv
 
 ETT_CHANNELS = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
 ICU_CSV = "icu_vitals/s00001_numerics/s00001-2896-10-10-00-31n_decoded.csv"
-
-
-def write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_text(text)
-    return path
 
 
 def test_etth1_has_17420_hours_of_7_channels_with_timestamps(shared_data):
@@ -92,7 +86,7 @@ def test_bad_date_is_refused(tmp_path):
     path = write(tmp_path, "dates.csv", "date,x\n2020-01-01 00:00,1\nyesterday,2\n")
     with pytest.raises(DataFormatError) as error:
         load_csv(path)
-    assert_names(error, "dates.csv", 3, "column 'date' value 'yesterday' is not an ISO 8601 date-time")
+    assert_names(error, "dates.csv", 3, "column 'date' value 'yesterday' is not a recognised timestamp (accepted: ISO 8601")
 
 
 def test_missing_header_is_refused(tmp_path):

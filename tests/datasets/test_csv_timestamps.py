@@ -1,0 +1,87 @@
+"""The timestamp column of a sensor CSV: each accepted form (ISO 8601, epoch seconds, epoch milliseconds) and each
+refusal, which must name the cell and the accepted forms."""
+
+import numpy as np
+import pytest
+from loader_checks import assert_names, write
+
+from trep_edge.datasets import DataFormatError, load_csv
+from trep_edge.datasets.timestamps import CSV_FORMAT
+
+T0 = np.datetime64("2024-05-01T12:00:00", "ms")
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("2024-05-01T12:00:00Z", "2024-05-01T12:00:00.5Z"),
+        ("2024-05-01 12:00:00", "2024-05-01 12:00:00.500"),
+        ("2024-05-01T14:00:00+02:00", "2024-05-01T14:00:00.5+02:00"),
+    ],
+)
+def test_iso_8601_forms_become_utc_timestamps(tmp_path, first, second):
+    series = load_csv(write(tmp_path, "iso.csv", f"when,x\n{first},1\n{second},2\n"))
+    assert series.channels == ["x"]
+    np.testing.assert_array_equal(series.timestamps, [T0, T0 + np.timedelta64(500, "ms")])
+
+
+def test_iso_dates_without_time_are_accepted(tmp_path):
+    series = load_csv(write(tmp_path, "d.csv", "day,x\n2024-05-01,1\n2024-05-02,2\n"))
+    assert series.timestamps[1] - series.timestamps[0] == np.timedelta64(1, "D")
+
+
+@pytest.mark.parametrize("name", ["timestamp", "time", "epoch", "ts", "Time[s]"])
+def test_epoch_seconds_in_a_time_column_are_timestamps_not_a_channel(tmp_path, name):
+    series = load_csv(write(tmp_path, "s.csv", f"{name},temp\n1714564800,20.5\n1714564801.5,20.6\n"))
+    assert series.channels == ["temp"]
+    np.testing.assert_array_equal(series.timestamps, [T0, T0 + np.timedelta64(1500, "ms")])
+    assert series.values.shape == (2, 1)
+
+
+def test_epoch_milliseconds_are_recognised_by_magnitude(tmp_path):
+    series = load_csv(write(tmp_path, "ms.csv", "timestamp,temp\n1714564800000,1\n1714564800250,2\n"))
+    np.testing.assert_array_equal(series.timestamps, [T0, T0 + np.timedelta64(250, "ms")])
+
+
+def test_a_ms_unit_in_the_name_forces_milliseconds(tmp_path):
+    series = load_csv(write(tmp_path, "ms.csv", "time_ms,temp\n1714564800000,1\n1714564801000,2\n"))
+    assert series.timestamps[0] == T0
+
+
+def test_us_dates_are_refused_with_the_accepted_forms(tmp_path):
+    path = write(tmp_path, "us.csv", "date,x\n05/01/2024 12:00,1\n")
+    with pytest.raises(DataFormatError) as error:
+        load_csv(path)
+    assert_names(error, "us.csv", 2, "column 'date' value '05/01/2024 12:00' is not a recognised timestamp")
+    assert "epoch seconds such as 1714564800" in str(error.value) and "ISO 8601" in str(error.value)
+
+
+def test_a_bad_iso_cell_further_down_is_refused_at_its_line(tmp_path):
+    path = write(tmp_path, "late.csv", "date,x\n2024-05-01T12:00:00Z,1\n2024-13-01T12:00:00Z,2\n")
+    with pytest.raises(DataFormatError) as error:
+        load_csv(path)
+    assert_names(error, "late.csv", 3, "value '2024-13-01T12:00:00Z' is not a recognised timestamp (accepted")
+
+
+def test_epoch_values_out_of_range_are_refused(tmp_path):
+    path = write(tmp_path, "small.csv", "timestamp,x\n1714564800,1\n1714,2\n")
+    with pytest.raises(DataFormatError) as error:
+        load_csv(path)
+    assert_names(error, "small.csv", 3, "value '1714' is not a recognised timestamp: epoch seconds lie between")
+
+
+def test_a_text_cell_in_an_epoch_column_is_refused(tmp_path):
+    path = write(tmp_path, "mixed.csv", "timestamp,x\n1714564800,1\nnoon,2\n")
+    with pytest.raises(DataFormatError) as error:
+        load_csv(path)
+    assert_names(error, "mixed.csv", 3, "value 'noon' is not a recognised timestamp (accepted")
+
+
+def test_a_counter_column_not_named_as_time_stays_a_channel(tmp_path):
+    series = load_csv(write(tmp_path, "m.csv", "minute,HR\n0,60\n1,61\n"))
+    assert series.timestamps is None and series.channels == ["minute", "HR"]
+
+
+def test_the_documented_format_names_every_accepted_form():
+    for form in ("ISO 8601", "epoch seconds", "epoch milliseconds", "2024-05-01T12:00:00Z", "refused"):
+        assert form in CSV_FORMAT
