@@ -98,38 +98,48 @@ def _spans(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
 
 
-def write_plot(result: FileScores, path: str | Path, title: str = "") -> None:
-    """Signal, detector score with threshold, detector alerts, alert episodes and labelled anomalies."""
-    try:
-        import matplotlib
+def write_plot(result: FileScores, path: str | Path, title: str = "", step_hours: float | None = None) -> None:
+    """Signal, detector score with threshold, detector alerts, alert episodes and labelled anomalies.
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise ImportError("the PNG plot needs matplotlib: pip install 'trep-edge[train]' or matplotlib, "
-                          "or pass --no-plot") from exc  # fmt: skip
+    step_hours: hours per step, to draw time in hours (e.g. 1.0 for PhysioNet's hourly rows) instead of steps.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    steps = np.arange(len(result.raw))
+    steps = np.arange(len(result.raw)) * (step_hours or 1.0)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(14, 6), sharex=True, constrained_layout=True)
     for c, name in enumerate(result.channels):
-        top.plot(steps, result.values[:, c], lw=0.7, label=name)
+        column = result.values[:, c]
+        (line,) = top.plot(steps, column, lw=0.7, label=name)
+        # A line needs two neighbouring readings: sparse readings (e.g. hourly vitals with gaps) get markers.
+        finite = np.isfinite(column)
+        neighbour = np.zeros_like(finite)
+        neighbour[1:] |= finite[:-1]
+        neighbour[:-1] |= finite[1:]
+        lone = finite & ~neighbour
+        top.plot(steps[lone], column[lone], ".", ms=4, color=line.get_color())
     top.set_ylabel("signal")
     bottom.plot(steps, result.score, lw=0.7, color="tab:blue", label="score (surprise)")
     bottom.axhline(result.threshold, lw=1.0, color="tab:red", ls="--", label="threshold")
     hits = np.flatnonzero(result.alerts)
-    bottom.scatter(hits, result.score[hits], color="tab:red", s=18, zorder=3, label="detector alert")
+    bottom.scatter(steps[hits], result.score[hits], color="tab:red", s=18, zorder=3, label="detector alert")
     bottom.set_ylabel("score")
-    bottom.set_xlabel("step")
+    bottom.set_xlabel("hours" if step_hours else "step")
     # A few-step anomaly in a long series would be thinner than a pixel: draw spans at least 0.3 % wide.
+    unit = step_hours or 1.0
     pad = max(0.0, (0.003 * len(steps) - 1) / 2)
     for ax in (top, bottom):
         if result.labels is not None:
             for k, (a, b) in enumerate(_spans(result.labels)):
-                ax.axvspan(a - pad, b + pad, color="orange", alpha=0.35, label="labelled anomaly" if k == 0 else None)
+                ax.axvspan((a - pad) * unit, (b + pad) * unit, color="orange", alpha=0.35,
+                           label="labelled anomaly" if k == 0 else None)  # fmt: skip
         for step, state, _, _ in result.events:
             if state == "raised":
-                ax.axvline(step, color="crimson", lw=0.8, alpha=0.8)
+                ax.axvline(step * unit, color="crimson", lw=0.8, alpha=0.8)
     top.legend(loc="upper right", fontsize=8)
     bottom.legend(loc="upper right", fontsize=8)
     top.set_title(title or f"{result.stream}: red lines = alert episodes raised")

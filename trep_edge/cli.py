@@ -1,6 +1,7 @@
 """The ``trep-edge`` command: one entry point, one subcommand per job.
 
-Subcommand implementations are imported only when run, so ``trep-edge run`` on an edge box never imports torch.
+Subcommand implementations are imported only when run, so ``trep-edge run`` on an edge box never imports torch, and
+a missing optional dependency is reported as one line naming the pip extra that provides it (trep_edge/extras.py).
 """
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import argparse
 import importlib
 import logging
 import sys
+
+from .extras import missing_extra_hint
 
 # subcommand -> "module:function" taking the parsed arguments and returning an exit code.
 HANDLERS = {
@@ -21,7 +24,24 @@ HANDLERS = {
     "doctor": "trep_edge.runtime.commands:doctor",
     "promote": "trep_edge.training.promote:promote_command",
     "reshard": "trep_edge.runtime.commands:reshard",
+    "init": "trep_edge.init_config:init",
 }
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Show a default only when it says something: not None/False, and not when the help already names one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def _csv_format() -> str:
+    from trep_edge.datasets.timestamps import CSV_FORMAT
+
+    return CSV_FORMAT
 
 
 def _train_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,10 +49,11 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
         "train",
         help="pretrain a T-Rep encoder on a dataset",
         description="Self-supervised T-Rep pretraining. Settings come from the defaults, then --config, then flags.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog=_csv_format(),
+        formatter_class=_HelpFormatter,
     )
     p.add_argument("data", help="dataset file: a path, or a path under the data folder (e.g. UEA/BasicMotions/BasicMotions_TRAIN.ts); "
-                   "formats: .csv (ETT-style), .ts (UEA/UCR), .txt (UCR anomaly: trains on the normal prefix), .npy, "
+                   "formats: .csv (see CSV format below), .ts (UEA/UCR), .txt (UCR anomaly: trains on the normal prefix), .npy, "
                    ".tar.gz (PhysioNet 2019: one series per patient)")
     p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
     p.add_argument("--out", help="checkpoint path (default: runs/<data name>.pt)")
@@ -63,6 +84,8 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", help="four task weights a,b,c,d summing to 1: instance, temporal, divergence, forecast")
     p.add_argument("--seed", type=int, help="random seed")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core); results "
+                   "do not depend on it beyond float rounding")
     p.add_argument("--amp", action="store_true", default=None, help="float16 mixed precision (CUDA only)")
     p.add_argument("--checkpoint-every", type=int, help="save a checkpoint every N steps")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -83,7 +106,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
         help="export a checkpoint to ONNX with its model card",
         description="Write the encoder as ONNX (inputs x, mask, t; output z) plus NAME.card.json, calibrate the alert "
         "threshold on normal data with the runtime's scoring code, and optionally check torch/onnxruntime parity.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     p.add_argument("checkpoint", help="a checkpoint written by trep-edge train")
     p.add_argument("--out", required=True, help="output model path, ending in .onnx (the card goes beside it)")
@@ -105,19 +128,28 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_parser(sub: argparse._SubParsersAction) -> None:
-    from trep_edge.runtime.config import add_config_flags
-
+    try:
+        from trep_edge.runtime.config import add_config_flags
+    except ModuleNotFoundError as exc:
+        # Without onnxruntime the daemon's flags cannot be listed; `run` then only says what to install.
+        hint = missing_extra_hint(exc)
+        if hint is None:
+            raise
+        p = sub.add_parser("run", help="run the streaming monitor daemon (" + hint + ")", description=hint)
+        p.set_defaults(accept_unknown=True)
+        return
     p = sub.add_parser(
         "run",
         help="run the streaming monitor daemon (MQTT in, scores and alerts out)",
         description="The monitor daemon. Settings: defaults, then --config TOML, then TREP_EDGE_<SECTION>_<FIELD> "
         "environment variables, then the flags below. Secrets only from the environment or files: "
         "TREP_EDGE_MQTT_PASSWORD or [mqtt] password_file, TREP_EDGE_MQTT_KEY_PASSWORD or [mqtt] key_password_file. "
-        "SIGTERM checkpoints and stops; SIGHUP reloads config and model. Example config: deploy/monitor.toml.",
+        "SIGTERM checkpoints and stops; SIGHUP reloads config and model. Example config: trep-edge init DIR writes "
+        "one (deploy/monitor.toml in the source).",
         # No prefix matching: --mqtt-password must not silently mean --mqtt-password-file.
         allow_abbrev=False,
     )
-    p.add_argument("--config", help="TOML file (see deploy/monitor.toml)")
+    p.add_argument("--config", help="TOML file (trep-edge init DIR writes a commented example)")
     p.add_argument("--shard", dest="cfg__monitor__shard", metavar="I/N", help="this daemon's shard of N (same as "
                    "--monitor-shard): it scores the streams with crc32(stream id) %% N == I (docs/operations.md)")
     add_config_flags(p)
@@ -130,7 +162,7 @@ def _reshard_parser(sub: argparse._SubParsersAction) -> None:
         description="Read the checkpoints of all N shards of a stopped deployment and write one checkpoint per new "
         "shard of --to M, each stream's state going to its new owner (crc32(stream id) %% M). Start the M daemons "
         "with --shard i/M and [state] path pointing at their file: every stream resumes warm (docs/operations.md).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     p.add_argument("checkpoints", nargs="+", metavar="OLD", help="the old shards' checkpoint files ([state] path)")
     p.add_argument("--to", type=int, required=True, metavar="M", help="the new number of shards")
@@ -146,10 +178,10 @@ def _replay_parser(sub: argparse._SubParsersAction) -> None:
         help="publish a recorded dataset to MQTT as sensor readings (a simulator)",
         description="Publish DATA as JSON readings {ts, values} with QoS 1, one stream per series, at --rate "
         "readings/s per stream or --speed times real time. Timestamps advance by --period per reading.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
-    p.add_argument("data", help="UCR-anomaly .txt, ETT-style .csv, or PhysioNet 2019 .tar.gz (patients as beds); "
-                   "a path or a path under the data folder")
+    p.add_argument("data", help="UCR-anomaly .txt, sensor .csv (format: trep-edge train --help), or PhysioNet 2019 "
+                   ".tar.gz (patients as beds); a path or a path under the data folder")
     p.add_argument("--topic", required=True, help="topic template with one {name} for the stream id, e.g. icu/{bed}/vitals")
     p.add_argument("--broker", default="127.0.0.1:1883", help="HOST:PORT")
     p.add_argument("--rate", type=float, help="readings per second per stream (0 = as fast as possible)")
@@ -177,10 +209,11 @@ def _score_parser(sub: argparse._SubParsersAction) -> None:
         help="score a recorded file offline; write a CSV and a PNG plot",
         description="The daemon's scoring and alert episodes over one series of DATA: a CSV of step, values, raw, "
         "adjusted, threshold, alert, event, label, and a PNG (signal, score, threshold, alerts, labels). The PNG "
-        "needs matplotlib (pip install 'trep-edge[train]' or matplotlib); --no-plot skips it.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "needs matplotlib (pip install 'trep-edge[plot]'); --no-plot skips it.",
+        formatter_class=_HelpFormatter,
     )
-    p.add_argument("data", help="UCR-anomaly .txt, ETT-style .csv, or PhysioNet 2019 .tar.gz")
+    p.add_argument("data", help="UCR-anomaly .txt, sensor .csv (format: trep-edge train --help), or PhysioNet 2019 "
+                   ".tar.gz")
     p.add_argument("--model", required=True, help="ONNX model with its card")
     p.add_argument("--config", help="monitor TOML: its [alerts] and [monitor] settings apply")
     p.add_argument("--out", help="CSV path (default runs/score/<stream>.csv)")
@@ -213,7 +246,7 @@ def _promote_parser(sub: argparse._SubParsersAction) -> None:
         "--days of archived normal telemetry (alert ranges left out), the candidate's alert rate on the last day "
         "of the archive against the running model's, then an atomic write to --target (the daemon hot-swaps it). "
         "Prints a JSON report; exit 1 when the candidate is refused (docs/retraining.md).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     p.add_argument("candidate", help="exported model (.onnx, its checkpoint beside it as .pt or via --checkpoint)")
     p.add_argument("--archive", required=True, help="the daemon's telemetry archive folder ([archive] path)")
@@ -240,7 +273,7 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
         "2019 set B), sepsis-stream (the daemon's streaming score on set B vitals, sepsis hours as anomalies, "
         "point-adjusted F1; --patients for pretraining), missing (accuracy vs removed timesteps), heatmap (latent heatmap PNG of DodgerLoopGame), report "
         "(markdown tables of --results beside the paper's numbers).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     p.add_argument("task", choices=["anomaly", "yahoo", "classification", "forecasting", "sepsis", "sepsis-stream",
                                      "missing", "heatmap", "report"])
@@ -280,9 +313,9 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:
         description="Starts a private Mosquitto on a free loopback port (or uses --broker), the monitor daemon with "
         "the default model, and replays PhysioNet 2019 patients as bedside streams; prints live counters and every "
         "alert, then scores the bed with the most alerts offline and prints the PNG path.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
-    p.add_argument("--model", default="models/icu-vitals.onnx", help="ONNX model with its card")
+    p.add_argument("--model", help="ONNX model with its card (default: the shipped models/icu-vitals.onnx)")
     p.add_argument("--broker", help="HOST:PORT of an existing broker instead of a private mosquitto")
     p.add_argument("--beds", type=int, default=40, help="patients replayed as beds")
     p.add_argument("--rate", type=float, default=10.0, help="readings per second per bed (each reading is one hour)")
@@ -291,10 +324,21 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
 
 
+def _init_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "init",
+        help="write a monitor folder: the shipped models and a commented example config naming them",
+        description="Copy the models shipped with trep-edge into DIR/models and write DIR/monitor.toml, the daemon's "
+        "example configuration with every option commented, its [model] path set to the default model.",
+    )
+    p.add_argument("dir", metavar="DIR", help="folder to write (created if missing)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing DIR/monitor.toml")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (also used to document every option with --help)."""
     parser = argparse.ArgumentParser(prog="trep-edge", description="Edge anomaly monitoring with T-Rep representations.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, and export's full detail")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _train_parser(sub)
     _demo_parser(sub)
@@ -306,18 +350,29 @@ def build_parser() -> argparse.ArgumentParser:
     _doctor_parser(sub)
     _promote_parser(sub)
     _reshard_parser(sub)
+    _init_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run the chosen subcommand; user errors exit 2 with a one-line message."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "accept_unknown", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     module_name, func_name = HANDLERS[args.command].split(":")
-    handler = getattr(importlib.import_module(module_name), func_name)
     try:
+        handler = getattr(importlib.import_module(module_name), func_name)
         return int(handler(args) or 0)
+    except ModuleNotFoundError as exc:
+        hint = missing_extra_hint(exc)
+        if hint is None:
+            raise
+        if exc.name == "matplotlib" and hasattr(args, "no_plot"):
+            hint += ", or pass --no-plot"
+        print(f"trep-edge {args.command}: {hint}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError) as exc:
         print(f"trep-edge {args.command}: error: {exc}", file=sys.stderr)
         return 2
