@@ -449,7 +449,8 @@ class Monitor:
     @property
     def streams(self) -> dict[str, str]:
         """Each stream's status: ``warming`` or ``active`` (may alert)."""
-        ready = self._detector.gate.scored_ >= self.detector_config.min_count
+        # The gate's own count: a card prior shortens the warm-up below detector.min_count.
+        ready = self._detector.gate.scored_ >= self._detector.gate.min_count
         return {name: "active" if ok else "warming" for name, ok in zip(self._names, ready.tolist())}
 
     # state

@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 
 from trep_edge.runtime.alerts import AlertConfig
+from trep_edge.runtime.detector import DetectorConfig
 from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.model_card import Scoring
 from trep_edge.runtime.monitor import Monitor
-from trep_edge.runtime.offline import prepare, raw_scores
+from trep_edge.runtime.offline import detect_recording
 from trep_edge.runtime.payloads import Reading
-from trep_edge.runtime.scoring import Calibration, score_series
 from trep_edge.runtime.windows import WindowConfig
 from round_trips import json_round_trip, npz_round_trip
 
 T0 = 1_700_000_000  # epoch seconds of the first reading; with period 1 s, also its step index
+FAULT = 1000.0  # added to a reading to inject a fault: about 77 of the model's normalisation scales
 
 
 @pytest.fixture(scope="module")
@@ -24,17 +24,23 @@ def vitals_engine(vitals_model):
 
 
 def with_card(engine, **changes):
-    """The same graph behind a modified card (another threshold, or no calibration)."""
+    """The same graph behind a modified card (no detector prior, another scaling, ...)."""
     return dataclasses.replace(engine, card=dataclasses.replace(engine.card, **changes))
 
 
-def always_alerting(engine):
-    """A card whose threshold every score exceeds: alerts fire as soon as a stream may alert."""
-    return with_card(engine, calibration=Calibration(mu=-100.0, sigma=0.0, n=10))
+def cold(min_count, **changes):
+    """Detector settings that ignore the card's prior: a stream's first two readings have no score (no variance
+    yet), and it warms up for ``min_count`` scored readings after them."""
+    return DetectorConfig(min_count=min_count, prior_weight=0, **changes)
 
 
 def value(stream, t, v, **extra):
     return Reading(stream, float(T0 + t), {"value": float(v), **extra})
+
+
+def faulty(stream, times, faults=()):
+    """Readings ``cos(t)`` of one stream, with ``FAULT`` added at the steps in ``faults``."""
+    return [value(stream, t, np.cos(t) + (FAULT if t in faults else 0.0)) for t in times]
 
 
 def run(monitor, readings, tick_every=1):
@@ -56,38 +62,35 @@ def series_readings(values, stream="ucr"):
 # equivalence with offline scoring
 
 
-@pytest.fixture(scope="module")
-def ucr_offline(ucr_series, univariate_engine):
-    values = ucr_series.values[:4300]  # the labelled anomaly is at 4186..4198
-    raw = raw_scores(univariate_engine, prepare(univariate_engine, values.reshape(-1, 1)), start=T0)
-    return values, raw
-
-
-@pytest.mark.parametrize("tick_every", [1, 50])
-def test_streaming_equals_offline_scoring_on_a_real_series(ucr_offline, univariate_engine, tick_every):
-    values, raw = ucr_offline
-    card = univariate_engine.card
-    engine = with_card(univariate_engine, scoring=dataclasses.replace(card.scoring, beta=2.0))  # some alerts fire
-    expected = score_series(raw, card.scoring.z, card.calibration, 2.0, card.scoring.delay)
-    assert expected.alerts.sum() > 10
-
-    scored, _ = run(Monitor(engine), series_readings(values), tick_every)
-    assert [s.step for s in scored] == list(range(T0, T0 + len(values)))
-    np.testing.assert_allclose([s.raw for s in scored], raw, rtol=1e-5)
-    np.testing.assert_allclose([s.adjusted for s in scored], expected.adjusted, rtol=1e-4, atol=1e-6)
+def assert_same_as_offline(scored, expected, threshold):
+    """Monitor output equals ``offline.detect_recording`` exactly, step by step (one stream of a fixed model)."""
+    assert [s.step for s in scored] == list(range(T0, T0 + len(expected.score)))
+    np.testing.assert_array_equal([s.raw for s in scored], expected.raw)
+    np.testing.assert_array_equal([s.score for s in scored], expected.score)
     np.testing.assert_array_equal([s.alert for s in scored], expected.alerts)
-    np.testing.assert_array_equal([s.threshold for s in scored], expected.thresholds)
+    np.testing.assert_array_equal([s.warming for s in scored], expected.warming)
+    assert {s.threshold for s in scored} == {threshold} and {s.channel for s in scored} == {""}
 
 
-def test_streaming_equals_offline_scoring_with_an_online_threshold(ucr_offline, univariate_engine):
-    values, raw = ucr_offline
-    engine = with_card(univariate_engine, calibration=None, scoring=Scoring(beta=1.0))
-    expected = score_series(raw, 21, None, 1.0, 7, min_count=100)
+@pytest.mark.parametrize("tick_every", [1, 37])
+def test_streaming_equals_offline_scoring_on_a_real_series(ucr_series, univariate_engine, tick_every):
+    values = ucr_series.values[:3000]
+    detector = DetectorConfig(threshold=1.5, refractory=20)  # some alerts fire on this tiny model
+    expected = detect_recording(univariate_engine, values.reshape(-1, 1), detector)
+    assert expected.alerts.sum() >= 10
+    scored, _ = run(Monitor(univariate_engine, detector=detector), series_readings(values), tick_every)
+    assert_same_as_offline(scored, expected, 1.5)
+
+
+def test_streaming_equals_offline_from_a_cold_start_without_a_card_prior(ucr_series, univariate_engine):
+    engine = with_card(univariate_engine, detector_prior={})  # a model exported before the prior existed
+    values = ucr_series.values[:1500]
+    detector = DetectorConfig(min_count=50, threshold=1.0, refractory=10)
+    expected = detect_recording(engine, values.reshape(-1, 1), detector)
     assert expected.alerts.sum() > 10
-    scored, _ = run(Monitor(engine, min_count=100), series_readings(values), tick_every=50)
-    np.testing.assert_allclose([s.threshold for s in scored], expected.thresholds, rtol=1e-4)
-    np.testing.assert_array_equal([s.alert for s in scored], expected.alerts)
-    assert [s.warming for s in scored] == [bool(np.isnan(t)) or i < 21 for i, t in enumerate(expected.thresholds)]
+    assert expected.warming.sum() == 2 + 49  # two readings without a variance, then 49 scored ones
+    scored, _ = run(Monitor(engine, detector=detector), series_readings(values), tick_every=50)
+    assert_same_as_offline(scored, expected, 1.0)
 
 
 # many streams, one engine call
@@ -136,7 +139,9 @@ def test_channels_from_several_messages_merge_into_one_scored_step(vitals_engine
     assert monitor.tick(ts + 0.3).scored == []
     (scored,) = monitor.tick(ts + 0.6).scored
     assert scored.values == {"HR": 72.0, "SpO2": 97.0, "RESP": 16.0} and scored.timestamp == ts
-    assert np.isnan(scored.adjusted) and scored.raw >= 0  # the first score has no history to compare with
+    assert scored.raw >= 0 and scored.channel == ""
+    # The stream has no history yet: its first reading is judged against the card's prior alone.
+    assert vitals_engine.card.detector_prior and np.isfinite(scored.score)
 
 
 def test_a_step_missing_a_channel_is_not_sent_to_the_model(vitals_engine):
@@ -162,14 +167,14 @@ def test_duplicates_are_accepted_and_counted_late_readings_refused_unknown_chann
 
 
 def test_a_short_gap_is_missing_steps_and_a_long_gap_restarts_warm_up(univariate_engine):
-    monitor = Monitor(always_alerting(univariate_engine), WindowConfig(max_gap=5), warmup=3)
-    scored, alerts = run(monitor, [value("a", t, np.sin(t)) for t in range(10)])
+    monitor = Monitor(univariate_engine, WindowConfig(max_gap=5), detector=cold(3))
+    scored, alerts = run(monitor, faulty("a", range(10), faults=[9]))
     assert [a.state for a in alerts] == ["raised"] and alerts[0].alert_id == "a-1"
     scored, _ = run(monitor, [value("a", 13, 0.1)])  # 3 missing steps: filled, not scored
     assert [s.step - T0 for s in scored] == [13] and monitor.counters["gap_filled_steps"] == 3
     assert not scored[0].warming
-    scored, alerts = run(monitor, [value("a", t, np.sin(t)) for t in range(30, 36)])  # 16 missing: reset
-    assert [s.warming for s in scored] == [True] * 3 + [False] * 3
+    scored, alerts = run(monitor, faulty("a", range(30, 36)))  # 16 missing: reset
+    assert [s.warming for s in scored] == [True] * 4 + [False] * 2  # 2 without a score, 2 scored, then active
     assert monitor.counters["resets"] == 1
     assert alerts == [] and monitor.streams == {"a": "active"}  # the episode raised before the reset is still open
 
@@ -177,31 +182,36 @@ def test_a_short_gap_is_missing_steps_and_a_long_gap_restarts_warm_up(univariate
 # warm-up and alert episodes
 
 
-def test_a_stream_warms_up_before_its_alerts_are_published(univariate_engine):
-    monitor = Monitor(always_alerting(univariate_engine), alerts=AlertConfig(clear_after=1), warmup=5)
-    assert monitor.warmup == 5
-    scored, alerts = run(monitor, [value("a", t, np.cos(t)) for t in range(8)])
-    assert [s.warming for s in scored] == [True] * 5 + [False] * 3
-    assert scored[1].alert  # the detector's own decision is reported during warm-up, as offline
+def test_a_stream_warms_up_before_its_alerts_are_published(ucr_series, univariate_engine):
+    assert univariate_engine.card.detector_prior["n"] >= 100
+    # The card's prior stands for 100 of the 104 readings: the stream's 4th reading may alert.
+    monitor = Monitor(univariate_engine, alerts=AlertConfig(clear_after=1), detector=DetectorConfig(min_count=104))
+    faults = (2, 9)
+    scored, alerts = run(monitor, [value("a", t, ucr_series.values[t] + FAULT * (t in faults)) for t in range(10)])
+    assert np.isfinite([s.score for s in scored]).all()  # the prior gives even the first reading a score
+    assert [s.warming for s in scored] == [True] * 3 + [False] * 7
+    assert scored[2].score > 5.0 and not scored[2].alert  # a fault during warm-up neither alerts nor opens an episode
     assert monitor.streams == {"a": "active"}
     (raised,) = alerts
     assert (raised.alert_id, raised.state, raised.severity, raised.stream) == ("a-1", "raised", "critical", "a")
-    first_active = scored[5]
-    assert raised.timestamp == first_active.timestamp and raised.score == first_active.raw
-    assert raised.adjusted == first_active.adjusted and raised.threshold == -100.0
-    assert raised.window_end == first_active.step and raised.window_start == first_active.step - 63
-    assert raised.values == first_active.values
+    fault = scored[9]
+    assert fault.alert and not any(s.alert for s in scored[:9])
+    assert raised.timestamp == fault.timestamp and raised.score == fault.score and raised.threshold == 5.0
+    assert raised.window_end == fault.step and raised.window_start == fault.step - 63
+    assert raised.values == fault.values and raised.channel == ""
 
 
-def test_default_warm_up_is_the_cards_z(univariate_engine):
-    monitor = Monitor(univariate_engine)
+def test_warm_up_without_a_prior_is_two_unscored_readings_and_min_count_scored_ones(univariate_engine):
+    monitor = Monitor(univariate_engine, detector=cold(10))
     scored, _ = run(monitor, series_readings(np.sin(np.arange(30))))
-    assert sum(s.warming for s in scored) == univariate_engine.card.scoring.z
+    assert [np.isnan(s.score) for s in scored[:3]] == [True, True, False]
+    assert sum(s.warming for s in scored) == 2 + 9 and not any(s.warming for s in scored[11:])
 
 
 def test_removing_a_stream_clears_its_open_episode(univariate_engine):
-    monitor = Monitor(always_alerting(univariate_engine), warmup=1)
-    run(monitor, [value("a", t, np.cos(t)) for t in range(4)] + [value("b", 0, 1.0)])
+    monitor = Monitor(univariate_engine, detector=cold(1))
+    _, alerts = run(monitor, faulty("a", range(4), faults=[3]) + [value("b", 0, 1.0)])
+    assert [(a.alert_id, a.state) for a in alerts] == [("a-1", "raised")]
     (cleared,) = monitor.remove_stream("a", now=5.0)
     assert (cleared.alert_id, cleared.state) == ("a-1", "cleared")
     assert list(monitor.streams) == ["b"]
@@ -209,18 +219,19 @@ def test_removing_a_stream_clears_its_open_episode(univariate_engine):
 
 
 def test_episodes_outlive_resets_and_swaps_and_their_numbers_keep_counting(univariate_engine):
-    never_alerting = with_card(univariate_engine, calibration=Calibration(mu=100.0, sigma=0.0, n=10))
-    monitor = Monitor(always_alerting(univariate_engine), alerts=AlertConfig(clear_after=1), warmup=2)
-    _, alerts = run(monitor, [value("a", t, np.cos(t)) for t in range(4)])
+    monitor = Monitor(univariate_engine, alerts=AlertConfig(clear_after=1), detector=cold(3))
+    _, alerts = run(monitor, faulty("a", range(6), faults=[5]))
     assert [(a.alert_id, a.state) for a in alerts] == [("a-1", "raised")]
-    monitor.swap_engine(never_alerting)  # same inputs, other card: scores restart, the episode stays open
-    scored, alerts = run(monitor, [value("a", t, np.cos(t)) for t in range(4, 7)])
-    assert [s.warming for s in scored] == [True, True, False]
+    # Same inputs, other weights: scores restart, the episode stays open until a known score clears it.
+    monitor.swap_engine(dataclasses.replace(univariate_engine, sha256="other"))
+    scored, alerts = run(monitor, faulty("a", range(6, 14)))
+    assert [np.isnan(s.score) for s in scored[:3]] == [True, True, False]
+    assert [s.warming for s in scored] == [True] * 4 + [False] * 4
     assert [(a.alert_id, a.state) for a in alerts] == [("a-1", "cleared")]
     monitor.reset_stream("a")
     assert monitor.streams == {"a": "warming"}
-    monitor.swap_engine(always_alerting(univariate_engine))
-    _, alerts = run(monitor, [value("a", t, np.cos(t)) for t in range(7, 10)])
+    monitor.swap_engine(univariate_engine)
+    _, alerts = run(monitor, faulty("a", range(14, 20), faults=[19]))
     assert [(a.alert_id, a.state) for a in alerts] == [("a-2", "raised")]
     assert monitor.counters["streams_reset"] == 1 and monitor.counters["model_swaps"] == 2
     with pytest.raises(KeyError):
@@ -230,15 +241,30 @@ def test_episodes_outlive_resets_and_swaps_and_their_numbers_keep_counting(univa
 # state and hot swap
 
 
+# Small detector settings, so that within 70 readings the memory ring wraps, the statistics turn exponential,
+# the refractory period and the protected run matter: every part of the state must survive the round trip.
+SMALL_DETECTOR = DetectorConfig(memory=6, stride=2, exclusion=3, horizon=15, short=3, min_count=4, threshold=2.0,
+                                refractory=4, protect=3, scale_warmup=10, scale_adapt=20, prior_weight=0)
+
+
+def many_channels(stream, t, v):
+    """One reading of a channel-independent model's stream: two channels, named by the sender."""
+    return Reading(stream, float(T0 + t), {"x": float(v), "y": float(-2 * v)})
+
+
 @pytest.mark.parametrize("round_trip", [npz_round_trip, json_round_trip])
-def test_state_round_trip_gives_identical_next_outputs(univariate_engine, round_trip):
-    engine = with_card(univariate_engine, calibration=None, scoring=Scoring(beta=1.0, delay=2))
+@pytest.mark.parametrize("kind", ["fixed", "scaled-independent"])
+def test_state_round_trip_gives_identical_next_outputs(univariate_engine, round_trip, kind):
+    engine, reading = univariate_engine, value
+    if kind == "scaled-independent":
+        engine, reading = with_card(univariate_engine, scaling="stream", channel_mode="independent"), many_channels
     rng = np.random.default_rng(3)
-    first = [value(s, t, rng.normal()) for t in range(40) for s in ("a", "b", "c")]
-    later = [value(s, t, rng.normal() * (5 if t == 55 else 1)) for t in range(41, 70) for s in ("a", "b", "c")]
-    monitor = Monitor(engine, WindowConfig(max_gap=3), AlertConfig(clear_after=2), warmup=4, min_count=20)
+    first = [reading(s, t, rng.normal()) for t in range(40) for s in ("a", "b", "c")]
+    later = [reading(s, t, rng.normal() + (FAULT if t in (50, 55) else 0)) for t in range(41, 70)
+             for s in ("a", "b", "c")]  # fmt: skip
+    monitor = Monitor(engine, WindowConfig(max_gap=3), AlertConfig(clear_after=2), SMALL_DETECTOR)
     run(monitor, first)
-    monitor.ingest(value("a", 40, 0.5))  # pending at the save
+    monitor.ingest(reading("a", 40, 0.5))  # pending at the save
     restored = Monitor.from_state(engine, round_trip(monitor.state_dict()))
     assert restored.counters == monitor.counters and restored.streams == monitor.streams
     expected, got = run(monitor, later, 3), run(restored, later, 3)
@@ -265,19 +291,19 @@ def test_swapping_in_the_same_model_keeps_every_stream_state(univariate_model, u
 
 
 def test_swapping_in_other_weights_keeps_windows_and_restarts_scores(univariate_engine, caplog):
-    monitor = Monitor(univariate_engine, warmup=3)
+    monitor = Monitor(univariate_engine, detector=cold(3))
     run(monitor, [value("a", t, np.sin(t)) for t in range(10)])
     assert monitor.streams == {"a": "active"}
     with caplog.at_level(logging.INFO, logger="trep_edge.runtime.monitor"):
         monitor.swap_engine(dataclasses.replace(univariate_engine, sha256="other"))
     assert "kept the windows" in caplog.text
     scored, _ = run(monitor, [value("a", 10, 0.5)])
-    assert scored[0].warming and np.isnan(scored[0].adjusted) and not np.isnan(scored[0].raw)
+    assert scored[0].warming and np.isnan(scored[0].score) and not np.isnan(scored[0].raw)
     assert monitor.counters["resets"] == 0
 
 
 def test_swapping_in_a_model_with_other_channels_resets_the_windows(univariate_engine, vitals_engine, caplog):
-    monitor = Monitor(univariate_engine, warmup=3)
+    monitor = Monitor(univariate_engine, detector=cold(3))
     run(monitor, [value("bed1", t, np.sin(t)) for t in range(10)])
     monitor.ingest(value("bed1", 10, 0.0))  # pending: discarded, its channel is gone
     with caplog.at_level(logging.WARNING, logger="trep_edge.runtime.monitor"):

@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 from trep_edge.runtime.alerts import AlertConfig
-from trep_edge.runtime.offline import prepare, raw_scores
+from trep_edge.runtime.detector import DetectorConfig
+from trep_edge.runtime.offline import detect_recording
 from trep_edge.runtime.replay import RecordedSeries
 from trep_edge.runtime.score_file import score_recording, write_csv, write_plot
-from trep_edge.runtime.scoring import score_series
 
 
 def _spiked(ucr_series, at=(1500, 1503)) -> RecordedSeries:
     """Steps 4000..6499 of UCR 135 (a slice keeps the test fast) with a labelled 3-point spike injected."""
     values = ucr_series.values[4000:6500].copy()
-    values[at[0] : at[1]] += 60.0
+    values[at[0] : at[1]] += 200.0  # about 15 of the model's normalisation scales
     labels = np.zeros(len(values), dtype=bool)
     labels[at[0] : at[1]] = True
     return RecordedSeries("spiked", ["value"], values.reshape(-1, 1), labels)
@@ -27,14 +27,14 @@ def _spiked(ucr_series, at=(1500, 1503)) -> RecordedSeries:
 def test_scores_are_the_offline_protocol_and_episodes_follow_them(univariate_engine, ucr_series):
     series = _spiked(ucr_series)
     result = score_recording(univariate_engine, series)
-    card = univariate_engine.card
-    raw = raw_scores(univariate_engine, prepare(univariate_engine, series.values))
-    expected = score_series(raw, card.scoring.z, card.calibration, card.scoring.beta, card.scoring.delay)
-    np.testing.assert_array_equal(result.raw, raw)
+    expected = detect_recording(univariate_engine, series.values)
+    np.testing.assert_array_equal(result.raw, expected.raw)
+    np.testing.assert_array_equal(result.score, expected.score)
     np.testing.assert_array_equal(result.alerts, expected.alerts)
-    assert result.warming[: card.scoring.z].all() and not result.warming[card.scoring.z :].any()
+    assert result.threshold == DetectorConfig().threshold and result.channel == [""] * len(series.values)
+    assert not result.warming.any()  # the card's prior stands for the whole default warm-up
     raised = [e for e in result.events if e[1] == "raised"]
-    assert raised and raised[0][0] in range(1500, 1503 + card.scoring.delay) and raised[0][3] == "spiked-1"
+    assert raised and raised[0][0] in range(1500, 1503) and raised[0][3] == "spiked-1"
     assert [e[1] for e in result.events] == ["raised", "cleared"]  # one episode, closed after the spike
 
 
@@ -42,19 +42,21 @@ def test_alert_settings_change_the_episodes_not_the_scores(univariate_engine, uc
     series = _spiked(ucr_series, at=(1500, 1501))  # one point: cannot persist for 2 readings
     plain = score_recording(univariate_engine, series)
     debounced = score_recording(univariate_engine, series, AlertConfig(debounce=2))
-    np.testing.assert_array_equal(plain.adjusted, debounced.adjusted)
+    np.testing.assert_array_equal(plain.score, debounced.score)
     assert plain.events and not debounced.events
 
 
 def test_csv_has_one_row_per_step_with_scores_events_and_labels(tmp_path, univariate_engine, ucr_series):
-    result = score_recording(univariate_engine, _spiked(ucr_series))
+    cold = DetectorConfig(prior_weight=0)  # the first two steps have no score: written as empty cells
+    result = score_recording(univariate_engine, _spiked(ucr_series), detector=cold)
     write_csv(result, tmp_path / "out.csv")
     with open(tmp_path / "out.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0]) == ["step", "value", "raw", "adjusted", "threshold", "alert", "warming", "event", "severity",
-                             "alert_id", "label"]  # fmt: skip
+    assert list(rows[0]) == ["step", "value", "raw", "score", "threshold", "alert", "warming", "channel", "event",
+                             "severity", "alert_id", "label"]  # fmt: skip
     assert len(rows) == 2500
-    assert rows[0]["adjusted"] == "" and float(rows[100]["adjusted"]) == result.adjusted[100]
+    assert [r["score"] for r in rows[:2]] == ["", ""] and float(rows[100]["score"]) == result.score[100]
+    assert (rows[0]["warming"], rows[200]["warming"], rows[0]["channel"]) == ("1", "0", "")
     assert [int(r["step"]) for r in rows if r["event"]] == [e[0] for e in result.events]
     assert [int(r["step"]) for r in rows if r["label"] == "1"] == [1500, 1501, 1502]
 
