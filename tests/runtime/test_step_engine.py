@@ -1,29 +1,23 @@
 """The incremental step engine of a causal model: selection, exactness against the windowed engine, state."""
-import dataclasses
 
 import numpy as np
 import pytest
 
+from trep_edge.runtime.detector import DetectorConfig
 from trep_edge.runtime.engine import load_engine, probe_windows
 from trep_edge.runtime.monitor import Monitor
 from trep_edge.runtime.offline import prepare, raw_scores
 from trep_edge.runtime.payloads import Reading
-from trep_edge.runtime.scoring import Calibration
 from trep_edge.runtime.step_engine import StepEngine, StepGraph
 from round_trips import npz_round_trip
 
 T0 = 1_700_000_000
+LOW = DetectorConfig(threshold=1.0, refractory=10)  # a low threshold, so that alerts fire
 
 
 def _step_and_full(path):
-    """The model with the step engine and with the full graph forced, behind a card with a low threshold (so
-    alerts fire)."""
-    def loaded(kind):
-        engine = load_engine(path, "cpu", engine=kind)
-        low = Calibration(mu=0.0, sigma=0.05, n=100)
-        return dataclasses.replace(engine, card=dataclasses.replace(engine.card, calibration=low))
-
-    return loaded("step"), loaded("full")
+    """The model with the step engine and with the full graph forced."""
+    return load_engine(path, "cpu", engine="step"), load_engine(path, "cpu", engine="full")
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +83,7 @@ def _run(engine, other, series):
     values = series.values[:1100]
     readings = sorted(_readings(values, "a", 0, rng) + _readings(values, "b", 7, rng) + _readings(values, "c", 250, rng),
                       key=lambda r: r.timestamp)  # fmt: skip
-    monitor, scored, alerts = Monitor(engine), [], []
+    monitor, scored, alerts = Monitor(engine, detector=LOW), [], []
     for i, reading in enumerate(readings):
         monitor.ingest(reading)
         if i == 900:
@@ -114,6 +108,7 @@ def test_step_engine_scores_and_alerts_equal_the_windowed_engine(engines, other_
     raw_s, raw_f = np.array([s.raw for s in scored_s]), np.array([s.raw for s in scored_f])
     np.testing.assert_array_equal(np.isnan(raw_s), np.isnan(raw_f))
     np.testing.assert_allclose(raw_s, raw_f, atol=1e-5, rtol=0)
+    np.testing.assert_allclose([s.score for s in scored_s], [s.score for s in scored_f], atol=1e-4, rtol=0)
     assert [s.alert for s in scored_s] == [s.alert for s in scored_f]
     assert sum(s.alert for s in scored_f) > 5
     assert [(a.alert_id, a.state) for a in alerts_s] == [(a.alert_id, a.state) for a in alerts_f]
