@@ -1,8 +1,9 @@
 """``trep-edge demo``: ICU bedside monitoring on real PhysioNet 2019 patients, end to end on one machine.
 
 A private Mosquitto (or ``--broker``), the monitor daemon with the default model, and ``trep-edge replay``
-publishing patients as beds; the demo prints the daemon's live counters and every alert as it is published,
-then scores the bed with the most alerts offline (``trep-edge score``) and prints the PNG path.
+publishing patients as beds; the demo prints the daemon's live counters and every alert as it is published, then
+sets the alerts against the sepsis labels the data carries (found / missed / false alarms), scores one bed offline
+(the daemon's arithmetic) and prints the path of its PNG.
 """
 from __future__ import annotations
 
@@ -17,15 +18,47 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+from .bundled import default_model
 from .local_broker import free_port, start_broker, wait_port
 
 TOPIC = "icu/{bed}/vitals"
 DATA = "PhysioNet2019_sepsis/training_setB.tar.gz"
+# PhysioNet 2019's SepsisLabel turns 1 six hours before clinical onset; an alert up to LEAD_HOURS before the label
+# counts as finding that bed's sepsis (an early warning), an alert earlier or on a bed without sepsis as a false alarm.
+LEAD_HOURS = 6
+
+
+@dataclass
+class Verdict:
+    """Raised alerts set against sepsis labels, per bed."""
+
+    septic: list[str]
+    found: list[str]
+    missed: list[str]
+    false_alarms: dict[str, int]  # bed -> alerts outside the sepsis window
+
+
+def judge_alerts(labels: dict[str, np.ndarray], raised_steps: dict[str, list[int]], lead: int = LEAD_HOURS) -> Verdict:
+    """Found / missed septic beds and false alarms: an alert counts when at or after (first label step - lead)."""
+    septic, found, missed, false_alarms = [], [], [], {}
+    for bed, label in labels.items():
+        onset = int(np.argmax(label)) if label.any() else None
+        steps = raised_steps.get(bed, [])
+        hits = [s for s in steps if onset is not None and s >= onset - lead]
+        if onset is not None:
+            septic.append(bed)
+            (found if hits else missed).append(bed)
+        if len(steps) > len(hits):
+            false_alarms[bed] = len(steps) - len(hits)
+    return Verdict(septic, found, missed, false_alarms)
 
 
 def _cli(*args: str) -> list[str]:
@@ -45,11 +78,12 @@ def _metrics(port: int) -> dict[str, float]:
     return out
 
 
-def _wait_ready(port: int, daemon: subprocess.Popen, timeout: float = 60.0) -> None:
+def _wait_ready(port: int, daemon: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if daemon.poll() is not None:
-            raise RuntimeError(f"the daemon exited with code {daemon.returncode}; see its log above")
+            last = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+            raise RuntimeError(f"the daemon exited with code {daemon.returncode} ({last[0]}); see {log}")
         try:
             if urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2).status == 200:
                 return
@@ -68,14 +102,47 @@ def _summary(m: dict[str, float]) -> str:
             f"dropped {int(m.get('trep_edge_dropped_total', 0))}")
 
 
+def _report(verdict: Verdict, beds: int) -> None:
+    alarms = sum(verdict.false_alarms.values())
+    print(f"sepsis labels: {len(verdict.septic)} of {beds} beds septic; found {len(verdict.found)} (an alert from "
+          f"{LEAD_HOURS} h before the SepsisLabel on), missed {len(verdict.missed)}"
+          + (f" ({', '.join(verdict.missed)})" if verdict.missed else ""))  # fmt: skip
+    print(f"false alarms: {alarms} alert(s) on {len(verdict.false_alarms)} bed(s) without sepsis or long before it"
+          + (f" ({', '.join(f'{b} x{n}' for b, n in sorted(verdict.false_alarms.items()))})" if alarms else ""))  # fmt: skip
+
+
+def _plot_bed(series, model: Path, out_dir: Path) -> Path:
+    """Score one bed offline with the daemon's arithmetic and draw it with time in hours."""
+    from trep_edge.runtime.config import load_config
+    from trep_edge.runtime.engine import load_engine
+    from trep_edge.runtime.score_file import score_recording, write_csv, write_plot
+
+    config = load_config(None, {}, {})
+    engine = load_engine(model, "cpu")
+    result = score_recording(engine, series, config.alerts, config.detector)
+    png = out_dir / f"{series.stream}.png"
+    write_csv(result, png.with_suffix(".csv"))
+    write_plot(result, png, f"{series.stream} scored by {engine.card.name}: readings hourly, orange = SepsisLabel",
+               step_hours=1.0)  # fmt: skip
+    return png
+
+
 def run_demo(args: argparse.Namespace) -> int:
     """Run the whole demo; returns 0 when the daemon scored every reading that was replayed."""
-    model = Path(args.model)
+    from trep_edge.datasets.paths import resolve
+    from trep_edge.runtime.replay import load_series
+
+    # Everything that can be missing is checked before any process starts.
+    model = Path(args.model) if args.model else default_model()
     if not model.is_file():
-        raise FileNotFoundError(f"model {model} not found: run from the repository or pass --model")
+        raise FileNotFoundError(f"model {model} not found: pass --model")
+    beds = {s.stream: s for s in load_series(resolve(DATA, args.data_root), max_series=args.beds)}
+    labels = {bed: s.labels.astype(bool) for bed, s in beds.items()}
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
+    alerts: list[dict] = []
+    first_ts: list[float] = []  # the replay's t0: reading i of every bed carries t0 + i (period 1)
     with tempfile.TemporaryDirectory(prefix="trep-edge-demo-") as tmp:
         work = Path(tmp)
         try:
@@ -98,23 +165,28 @@ def run_demo(args: argparse.Namespace) -> int:
                 stdout=daemon_log, stderr=subprocess.STDOUT,
             )  # fmt: skip
             procs.append(daemon)
-            _wait_ready(http, daemon)
+            _wait_ready(http, daemon, out_dir / "daemon.log")
             print(f"daemon: ready, model {model.name}, metrics on http://127.0.0.1:{http}/metrics, log {out_dir / 'daemon.log'}")
 
-            alerts: list[dict] = []
             lock = threading.Lock()
 
             def on_message(client, userdata, msg) -> None:
-                alert = json.loads(msg.payload)
+                payload = json.loads(msg.payload)
+                if not msg.topic.startswith("trep-edge/alerts/"):
+                    if not first_ts:
+                        first_ts.append(float(payload["ts"]))
+                        client.unsubscribe(TOPIC.format(bed="+"))
+                    return
                 with lock:
-                    alerts.append(alert)
-                side = ">" if alert["adjusted"] > alert["threshold"] else "<"
-                print(f"  ALERT {alert['state']:<8} {alert['stream']:<8} {alert['severity']:<8} "
-                      f"adjusted {alert['adjusted']:7.2f} {side} threshold {alert['threshold']:.2f}  id {alert['alert_id']}")
+                    alerts.append(payload)
+                hour = f"hour {payload['timestamp'] - first_ts[0]:4.0f}" if first_ts else ""
+                print(f"  ALERT {payload['state']:<8} {payload['stream']:<8} {hour}  {payload['severity']:<8} "
+                      f"score {payload.get('score') or float('nan'):7.2f}  id {payload['alert_id']}")
 
             sub = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"trep-edge-demo-viewer-{http}")
             sub.on_message = on_message
-            sub.on_connect = lambda c, u, f, rc, p=None: c.subscribe("trep-edge/alerts/#", qos=1)
+            sub.on_connect = lambda c, u, f, rc, p=None: c.subscribe([("trep-edge/alerts/#", 1),
+                                                                      (TOPIC.format(bed="+"), 1)])
             sub.connect(host, port)
             sub.loop_start()
 
@@ -154,17 +226,18 @@ def run_demo(args: argparse.Namespace) -> int:
                     proc.kill()
                     proc.wait(10)
 
-    by_bed = Counter(a["stream"] for a in alerts if a["state"] == "raised")
-    print(f"alerts: {sum(by_bed.values())} raised on {len(by_bed)} of {args.beds} beds (advisory: decision support only)")
-    if by_bed:
-        bed = by_bed.most_common(1)[0][0]
-        index = int("".join(ch for ch in bed if ch.isdigit())) - 1
-        png = out_dir / f"{bed}.png"
-        subprocess.run(_cli("score", DATA, "--model", str(model), "--series", str(index),
-                            "--out", str(out_dir / f"{bed}.csv"), "--plot", str(png),
-                            *(["--data-root", args.data_root] if args.data_root else [])),
-                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
-        print(f"plot of {bed} (signal, score, threshold, alerts, sepsis label): {png}")
+    raised = [a for a in alerts if a["state"] == "raised"]
+    by_bed = Counter(a["stream"] for a in raised)
+    print(f"alerts: {len(raised)} raised on {len(by_bed)} of {len(beds)} beds (advisory: decision support only)")
+    steps: dict[str, list[int]] = {}
+    for alert in raised:
+        steps.setdefault(alert["stream"], []).append(round(alert["timestamp"] - first_ts[0]))
+    verdict = judge_alerts(labels, steps)
+    _report(verdict, len(beds))
+    # Draw a septic bed the monitor found, else the bed with most alerts, else a septic one.
+    bed = next(iter(verdict.found), None) or (by_bed.most_common(1)[0][0] if by_bed else None)
+    bed = bed or next(iter(verdict.septic), None) or next(iter(beds))
+    print(f"plot of {bed} (vitals, score, threshold, alerts, sepsis label): {_plot_bed(beds[bed], model, out_dir)}")
     if sent is not None:
         print(f"replayed {sent} readings; the daemon accepted {int(final.get('trep_edge_readings_total', 0))}")
     return 0
