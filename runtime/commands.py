@@ -41,7 +41,7 @@ def replay(args: argparse.Namespace) -> int:
     """``trep-edge replay``: publish a dataset as sensor readings."""
     from trep_edge.datasets.paths import resolve
 
-    from .replay import Publisher, load_series, parse_rename, replay as publish_series
+    from .replay import Publisher, load_series, parse_rename, replay as publish_series, step_range
 
     if args.rate is not None and args.speed is not None:
         raise ValueError("give --rate (readings/s per stream) or --speed (multiple of real time), not both")
@@ -61,9 +61,9 @@ def replay(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         publisher.wait_connected()
-        longest = max(len(s.values) for s in series)
+        steps = len(step_range(series, args.start, args.limit))
         pace = "as fast as possible" if rate == 0 else f"{rate:g} readings/s per stream"
-        print(f"replaying {len(series)} stream(s) x {longest} steps from {args.data} to {args.topic}, {pace}",
+        print(f"replaying {len(series)} stream(s) x {steps} steps from {args.data} to {args.topic}, {pace}",
               flush=True)
         stats = publish_series(series, publisher, args.topic, rate, args.period, start=args.start, limit=args.limit,
                                qos=args.qos, stop=stop)  # fmt: skip

@@ -34,7 +34,7 @@ from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
 
 log = logging.getLogger(__name__)
 
-FORMATS = ".txt (UCR anomaly), .csv (ETT-style), .tar.gz (PhysioNet 2019, one bed per patient)"
+FORMATS = ".txt (UCR anomaly), .csv (sensor CSV: trep-edge train --help), .tar.gz (PhysioNet 2019, one bed per patient)"
 
 
 @dataclass
@@ -178,6 +178,12 @@ class Publisher:
         self.client.loop_stop()
 
 
+def step_range(series: list[RecordedSeries], start: int = 0, limit: int | None = None) -> range:
+    """The steps a replay sends: ``start`` up to ``start + limit``, within the longest series."""
+    length = max(len(s.values) for s in series)
+    return range(start, length if limit is None else min(length, start + limit))
+
+
 def replay(
     series: list[RecordedSeries],
     publisher: Publisher,
@@ -201,8 +207,7 @@ def replay(
     if not series:
         raise ValueError("nothing to replay: the dataset has no series")
     topics = [topic_for(topic, s.stream) for s in series]
-    length = max(len(s.values) for s in series)
-    end = length if limit is None else min(length, start + limit)
+    end = step_range(series, start, limit).stop
     t0 = time.time() if t0 is None else t0
     began = time.monotonic()
     published = 0

@@ -98,6 +98,7 @@ def test_replay_command_sends_physionet_beds(broker, collectors):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "published 10 readings of 2 stream(s)" in done.stdout
+    assert "replaying 2 stream(s) x 5 steps" in done.stdout  # what --limit sends, not the stays' length
     messages = out.wait_count("icu/", 10)
     assert {m.topic for m in messages} == {"icu/bed001/vitals", "icu/bed002/vitals"}
     assert all(set(m.json()["values"]) == {"HR", "SpO2"} for m in messages)
