@@ -188,7 +188,7 @@ def export(args: argparse.Namespace) -> int:
     """``trep-edge export``: ONNX + model card, calibrated on normal data, optionally parity-checked."""
     from trep_edge.runtime.model_card import Scoring
 
-    from .export import build_card, export_encoder, parity_check
+    from .export import build_card, export_encoder, parity_check, quiet_exporter
     from .trainer import Trainer
 
     trainer = Trainer.load(args.checkpoint, device="cpu")
@@ -215,23 +215,24 @@ def export(args: argparse.Namespace) -> int:
             raise ValueError(f"calibration data has channels {data.channels}, the model {card.channels}")
         series = [s for s in map(_trim_padding, data.x) if len(s) > 1]
     names = None if args.graphs is None else [n.strip() for n in args.graphs.split(",") if n.strip() not in ("", "none")]
-    engine = export_encoder(encoder, card, out, series, args.calibration_steps, names)
-    summary = {"model": str(out), "card": str(out.with_suffix("")) + ".card.json", "sha256": engine.sha256,
-               "calibration": None if engine.card.calibration is None else engine.card.calibration.to_dict(),
-               "bytes": out.stat().st_size}
-    status = 0
-    if args.check:
-        real = series[0] if series else None
-        report = parity_check(encoder, engine, real)
-        summary["parity"] = {"max_abs_diff": report.max_abs_diff, "cases": report.cases,
-                             "alerts_identical": report.alerts_identical, "ok": report.ok}
-        status = 0 if report.ok else 1
-    if args.precision:
-        from .precision import export_variant
+    with quiet_exporter(not getattr(args, "verbose", False)):
+        engine = export_encoder(encoder, card, out, series, args.calibration_steps, names)
+        summary = {"model": str(out), "card": str(out.with_suffix("")) + ".card.json", "sha256": engine.sha256,
+                   "calibration": None if engine.card.calibration is None else engine.card.calibration.to_dict(),
+                   "bytes": out.stat().st_size}
+        status = 0
+        if args.check:
+            real = series[0] if series else None
+            report = parity_check(encoder, engine, real)
+            summary["parity"] = {"max_abs_diff": report.max_abs_diff, "cases": report.cases,
+                                 "alerts_identical": report.alerts_identical, "ok": report.ok}
+            status = 0 if report.ok else 1
+        if args.precision:
+            from .precision import export_variant
 
-        if not series:
-            raise ValueError("--precision needs calibration data to judge the variants' scores")
-        summary["variants"] = [export_variant(engine, p, series).to_dict() for p in args.precision.split(",")]
+            if not series:
+                raise ValueError("--precision needs calibration data to judge the variants' scores")
+            summary["variants"] = [export_variant(engine, p, series).to_dict() for p in args.precision.split(",")]
     print(json.dumps(summary, indent=2))
     return status
 

@@ -6,11 +6,13 @@ graph, so the threshold in the card is the one the daemon would compute on the s
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +55,7 @@ def export_module(
     opset: int = OPSET,
 ) -> None:
     """Export ``module`` with the project's exporter settings (dynamo, ``opset``) and run the full ONNX checker."""
+    module.eval()  # inference graphs: also keeps torch from warning that a wrapper is still in training mode
     torch.onnx.export(
         module,
         example,
@@ -66,6 +69,30 @@ def export_module(
         verbose=False,
     )
     onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+
+
+# the exporter's own chatter: graph-rewrite INFO lines, missing-torchvision notices, internal deprecations
+_EXPORTER_LOGGERS = ("onnx_ir", "onnxscript", "torch.onnx", "torch._dynamo", "torch.export")
+
+
+@contextlib.contextmanager
+def quiet_exporter(quiet: bool = True) -> Iterator[None]:
+    """Silence the ONNX exporter's INFO logs and internal warnings (not errors) while exporting, unless not quiet."""
+    if not quiet:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in _EXPORTER_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            for category in (UserWarning, FutureWarning, DeprecationWarning):
+                warnings.filterwarnings("ignore", category=category, module=r"(torch|onnx|onnxscript|onnx_ir|copyreg)")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def export_graph(encoder: TRepEncoder, path: Path, opset: int = OPSET) -> None:
