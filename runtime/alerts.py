@@ -1,10 +1,9 @@
-"""Alert episodes for the daemon: debounce, hysteresis and severity per stream, published on changes only.
+"""Alert episodes for the daemon: hysteresis and severity per stream, published on changes only.
 
-The detection condition of a reading is ``score > threshold`` (``detector``); this module turns the stream of
-conditions into episodes an operator can act on:
+Whether a reading alerts is decided once, by the detector's gate (``detector.AlertGate``: threshold, debounce,
+refractory period). This module turns those alerts into episodes an operator can act on:
 
-- **raised** when the condition held for ``debounce`` consecutive readings (``debounce=1``: on the first
-  exceedance, as the paper protocol alerts) and the stream is not in its post-clear refractory period;
+- **raised** when the detector alerts and the stream has no open episode;
 - **updated** when the episode's severity rises (``warning`` → ``critical``). Severity is the episode's peak and
   never drops before the clear, so a score hovering around the critical level cannot flood the bus;
 - **cleared** after the score stayed below the clear level for ``clear_after`` consecutive readings.
@@ -15,9 +14,9 @@ positive threshold (a surprise, −log10 of a tail probability) these are ``crit
 ``clear_ratio * thr``: with the defaults, critical at a tail probability 10^2.5 times smaller than the one that
 raises. The ``|thr|`` form keeps clear < raise < critical even for a degenerate non-positive threshold.
 
-A reading with a NaN score or threshold (no score yet, missing reading, threshold warming up) is unknown: it
-breaks a debounce run (raising needs ``debounce`` known exceedances in a row) but neither advances nor resets a
-clear run. A stream that stops producing scores therefore keeps its open episode; staleness is the daemon's job.
+A reading with a NaN score or threshold (no score yet, missing reading, warming up) is unknown: it neither advances
+nor resets a clear run. A stream that stops producing scores therefore keeps its open episode; staleness is the
+daemon's job.
 """
 from __future__ import annotations
 
@@ -38,28 +37,20 @@ class AlertConfig:
     """Alert state machine settings (one ``[alerts]`` TOML table).
 
     Attributes:
-        debounce: consecutive exceedances (score > threshold) needed to raise an episode; 1 = the paper protocol.
         clear_after: consecutive readings below the clear level needed to clear an open episode.
         clear_ratio: clear level as a fraction of the threshold, in (0, 1]; below 1 gives hysteresis.
-        refractory: readings after a clear during which no new episode can be raised (anti-flapping); 0 = none.
         critical_ratio: critical level as a multiple of the threshold, >= 1; ``inf`` disables ``critical``.
     """
 
-    debounce: int = 1
     clear_after: int = 3
     clear_ratio: float = 0.8
-    refractory: int = 0
     critical_ratio: float = 1.5
 
     def __post_init__(self) -> None:
-        if self.debounce < 1:
-            raise ValueError(f"debounce must be >= 1 reading, got {self.debounce}")
         if self.clear_after < 1:
             raise ValueError(f"clear_after must be >= 1 reading, got {self.clear_after}")
         if not 0 < self.clear_ratio <= 1:
             raise ValueError(f"clear_ratio must lie in (0, 1], got {self.clear_ratio}")
-        if self.refractory < 0:
-            raise ValueError(f"refractory must be >= 0 readings, got {self.refractory}")
         if not self.critical_ratio >= 1:
             raise ValueError(f"critical_ratio must be >= 1 (or inf), got {self.critical_ratio}")
 
@@ -84,9 +75,7 @@ class AlertTracker(StreamState):
     """Per-stream alert episodes for S streams, stepped one reading per selected stream (module docstring).
 
     State, all ``[S]``: ``active_`` (episode open), ``severity_`` (peak severity index, 0 when idle),
-    ``above_run_`` (consecutive exceedances while idle), ``below_run_`` (consecutive clear-level readings while
-    active), ``since_clear_`` (readings since the last clear, capped at ``refractory + 1``), ``episode_``
-    (episodes raised so far).
+    ``below_run_`` (consecutive clear-level readings while active), ``episode_`` (episodes raised so far).
     """
 
     def __init__(self, config: AlertConfig | None = None, n_streams: int = 0) -> None:
@@ -97,9 +86,7 @@ class AlertTracker(StreamState):
         return {
             "active_": np.zeros(n, dtype=bool),
             "severity_": np.zeros(n, dtype=np.int8),
-            "above_run_": np.zeros(n, dtype=np.int64),
             "below_run_": np.zeros(n, dtype=np.int64),
-            "since_clear_": np.full(n, self.config.refractory + 1, dtype=np.int64),
             "episode_": np.zeros(n, dtype=np.int64),
         }
 
@@ -110,37 +97,35 @@ class AlertTracker(StreamState):
     def _from_config(cls, config: dict[str, Any]) -> AlertTracker:
         return cls(AlertConfig(**config))
 
-    def step(self, stream_idx: np.ndarray, scores: np.ndarray, thresholds: np.ndarray | float) -> list[AlertEvent]:
-        """Advance the selected streams by one reading each; return the events, in ``stream_idx`` order."""
+    def step(
+        self, stream_idx: np.ndarray, scores: np.ndarray, thresholds: np.ndarray | float, alerts: np.ndarray
+    ) -> list[AlertEvent]:
+        """Advance the selected streams by one reading each (score, threshold and the detector's alert flag);
+        return the events, in ``stream_idx`` order."""
         cfg = self.config
         idx = self._rows(stream_idx, scores, "scores")
         score = np.asarray(scores, dtype=np.float64)
         thr = np.broadcast_to(np.asarray(thresholds, dtype=np.float64), idx.shape)
+        alert = np.broadcast_to(np.asarray(alerts, dtype=bool), idx.shape)
         known = np.isfinite(score) & np.isfinite(thr)
         margin = np.abs(thr)
         # Not (inf - 1) * margin: a zero threshold would give NaN, not "never critical".
         critical_level = thr + (np.inf if math.isinf(cfg.critical_ratio) else (cfg.critical_ratio - 1) * margin)
-        exceed = known & (score > thr)
         below = known & (score < thr - (1 - cfg.clear_ratio) * margin)
-        level = np.where(known & (score > critical_level), 2, np.where(exceed, 1, 0)).astype(np.int8)
+        level = np.where(known & (score > critical_level), 2, np.where(known & (score >= thr), 1, 0)).astype(np.int8)
 
         active = self.active_[idx]
         severity = self.severity_[idx]
-        since_clear = np.minimum(self.since_clear_[idx] + 1, cfg.refractory + 1)
-        can_raise = ~active & (since_clear > cfg.refractory)
-        above_run = np.where(exceed & can_raise, self.above_run_[idx] + 1, 0)
-        raised = above_run >= cfg.debounce
+        raised = alert & ~active
         below_run = np.where(active & below, self.below_run_[idx] + 1, np.where(known, 0, self.below_run_[idx]))
         cleared = active & (below_run >= cfg.clear_after)
         updated = active & ~cleared & (level > severity)
 
-        peak = np.where(raised | updated, np.maximum(level, severity), severity)
+        peak = np.where(raised, np.maximum(level, 1), np.where(updated, np.maximum(level, severity), severity))
         episode = self.episode_[idx] + raised
         self.active_[idx] = (active & ~cleared) | raised
         self.severity_[idx] = np.where(cleared, 0, peak)
-        self.above_run_[idx] = np.where(raised, 0, above_run)
         self.below_run_[idx] = np.where(active & ~cleared, below_run, 0)
-        self.since_clear_[idx] = np.where(cleared, 0, since_clear)
         self.episode_[idx] = episode
 
         state = np.select([raised, updated, cleared], ["raised", "updated", "cleared"], "")

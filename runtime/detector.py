@@ -16,8 +16,9 @@ own history, on a scale that means the same for every stream and every model:
    ``short`` values, for anomalies that last — under a Gaussian of that history. A signal's surprise is
    ``−log10`` of that probability; the reading's score is the largest surprise less ``log10`` of the number of
    tests (a Bonferroni correction, so more signals or channels do not mean more false alarms).
-3. **Alert** (``AlertGate``): score ≥ ``threshold`` once the stream has ``min_count`` scored readings, and not within
-   ``refractory`` readings of its previous alert. While a stream alerts, its signal statistics and memory do not
+3. **Alert** (``AlertGate``), the product's one alert decision: score ≥ ``threshold`` for ``debounce`` readings in a
+   row once the stream has ``min_count`` scored readings, and not within ``refractory`` readings of its previous
+   alert. The daemon's alert episodes (``alerts.AlertTracker``) open on these alerts and no other way. While a stream alerts, its signal statistics and memory do not
    learn (an anomaly must not become the baseline that hides the next one), for at most ``protect`` readings in a
    row — after that a lasting change is the new normal and is learned.
 
@@ -61,6 +62,7 @@ class DetectorConfig:
         min_count: scored readings a lane needs before it may alert.
         threshold: surprise (−log10 tail probability) from which a reading alerts.
         refractory: readings after an alert during which the stream raises no new alert.
+        debounce: consecutive readings at or above the threshold needed to alert (1 = the first one).
         protect: alerting readings in a row that the statistics skip before they learn a lasting change.
         scale_warmup: readings that set a lane's location and scale (models with ``scaling = "stream"``).
         scale_adapt: effective readings in the slow update of location and scale after that; 0 = frozen.
@@ -78,6 +80,7 @@ class DetectorConfig:
     min_count: int = 100
     threshold: float = 5.0
     refractory: int = 100
+    debounce: int = 1
     protect: int = 200
     scale_warmup: int = 100
     scale_adapt: int = 10_000
@@ -89,7 +92,7 @@ class DetectorConfig:
         unknown = [s for s in signals if s not in SIGNALS]
         if not signals or unknown:
             raise ValueError(f"detector signals must be a non-empty subset of {SIGNALS}, got {list(signals)}")
-        for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup"):
+        for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup", "debounce"):
             if getattr(self, name) < 1:
                 raise ValueError(f"detector {name} must be >= 1, got {getattr(self, name)}")
         for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight"):
@@ -298,13 +301,18 @@ class SignalStats(StreamState):
 class AlertGate(StreamState):
     """The alert decision per stream: threshold, warm-up, refractory period, and which readings may be learned.
 
-    State: ``scored_`` ``[S]`` (scored readings), ``since_`` ``[S]`` (readings since the last alert, capped at
-    ``refractory + 1``), ``hot_`` ``[S]`` (alerting readings in a row, capped at ``protect + 1``).
+    A stream alerts once per run of readings at or above the threshold (when the run reaches ``debounce`` readings,
+    or at its first reading after the refractory period), so a lasting anomaly is one alert, not one per reading.
+    State, all ``[S]``: ``scored_`` (scored readings), ``since_`` (readings since the last alert, capped at
+    ``refractory + 1``), ``hot_`` (readings at or above the threshold in a row, capped above ``protect`` and
+    ``debounce``), ``alerted_`` (the current run has alerted).
     """
 
-    def __init__(self, threshold: float, min_count: int, refractory: int, protect: int, n_streams: int = 0) -> None:
+    def __init__(
+        self, threshold: float, min_count: int, refractory: int, protect: int, debounce: int = 1, n_streams: int = 0
+    ) -> None:
         self.threshold, self.min_count = float(threshold), int(min_count)
-        self.refractory, self.protect = int(refractory), int(protect)
+        self.refractory, self.protect, self.debounce = int(refractory), int(protect), int(debounce)
         super().__init__(n_streams)
 
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
@@ -312,11 +320,12 @@ class AlertGate(StreamState):
             "scored_": np.zeros(n, dtype=np.int64),
             "since_": np.full(n, self.refractory + 1, dtype=np.int64),
             "hot_": np.zeros(n, dtype=np.int64),
+            "alerted_": np.zeros(n, dtype=bool),
         }
 
     def _config(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "min_count": self.min_count, "refractory": self.refractory,
-                "protect": self.protect}  # fmt: skip
+                "protect": self.protect, "debounce": self.debounce}  # fmt: skip
 
     def decide(self, idx: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return (alert, warming, learn) for one reading per selected stream, and advance the state."""
@@ -325,8 +334,10 @@ class AlertGate(StreamState):
         warming = count < self.min_count
         hot = scored & ~warming & (score >= self.threshold)
         since = np.minimum(self.since_[idx] + 1, self.refractory + 1)
-        alert = hot & (since > self.refractory)
-        hot_run = np.where(hot, np.minimum(self.hot_[idx] + 1, self.protect + 1), 0)
+        hot_run = np.where(hot, np.minimum(self.hot_[idx] + 1, max(self.protect, self.debounce) + 1), 0)
+        # Once per run of hot readings: its debounce-th reading, or its first one after the refractory period.
+        alert = (hot_run >= self.debounce) & (since > self.refractory) & ~(self.alerted_[idx] & hot)
+        self.alerted_[idx] = hot & (self.alerted_[idx] | alert)
         self.scored_[idx] = count
         self.since_[idx] = np.where(alert, 0, since)
         self.hot_[idx] = hot_run
@@ -361,7 +372,7 @@ class Detector:
         self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior)
         # A prior stands for that many readings of the stream's own warm-up.
         warmup = c.min_count - (0 if prior is None else prior.count)
-        self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect)
+        self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect, c.debounce)
 
     def _lane_parts(self) -> tuple[StreamState, ...]:
         return (self.memory, self.stats)

@@ -305,7 +305,7 @@ class Monitor:
         self._counters["scored"] += int(np.isfinite(out.score).sum())
         self._counters["detections"] += int(out.alert.sum())
         threshold = self.detector_config.threshold
-        events = self._tracker.step(streams, np.where(out.warming, np.nan, out.score), threshold)
+        events = self._tracker.step(streams, np.where(out.warming, np.nan, out.score), threshold, out.alert)
 
         is_reading = np.zeros(len(streams), dtype=bool)
         np.logical_or.at(is_reading, lane_of, batch.reading[rows])

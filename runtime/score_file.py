@@ -64,7 +64,7 @@ def score_recording(
     events = []
     for t in range(len(values)):
         score = np.nan if detection.warming[t] else detection.score[t]
-        for e in tracker.step(one, np.array([score]), np.array([detector.threshold])):
+        for e in tracker.step(one, np.array([score]), np.array([detector.threshold]), detection.alerts[t : t + 1]):
             events.append((t, e.state, e.severity, e.alert_id(series.stream)))
     independent = engine.card.channel_mode == "independent"
     lane_channel = [channels[k] if independent and k >= 0 else "" for k in detection.lane.tolist()]

@@ -10,28 +10,28 @@ ONE = np.array([0])
 # With the default threshold 1 of run(): 1.2 is a warning-level exceedance (critical starts at 1.5).
 
 
-def run(tracker, scores, thr=1.0):
-    """Feed one stream's scores; return [(t, state, severity, episode)] for every event."""
+def run(tracker, scores, thr=1.0, alerts=None):
+    """Feed one stream's scores; the detector's alert flags default to score > thr (an alert on every exceedance).
+    Returns [(t, state, severity, episode)] for every event."""
+    scores = np.asarray(scores, dtype=float)
+    alerts = scores > thr if alerts is None else np.asarray(alerts, dtype=bool)
     events = []
     for t, x in enumerate(scores):
-        for e in tracker.step(ONE, np.array([x], dtype=float), np.array([thr])):
+        for e in tracker.step(ONE, np.array([x]), np.array([thr]), alerts[t : t + 1]):
             events.append((t, e.state, e.severity, e.episode))
     return events
 
 
-def test_debounce_one_raises_on_the_first_exceedance():
-    tracker = AlertTracker(AlertConfig(debounce=1, clear_after=1, clear_ratio=1.0), n_streams=1)
-    assert run(tracker, [0, 1.2, 0]) == [(1, "raised", "warning", 1), (2, "cleared", "warning", 1)]
+def test_an_episode_opens_on_the_detectors_alert_and_on_nothing_else():
+    tracker = AlertTracker(AlertConfig(clear_after=1, clear_ratio=1.0), n_streams=1)
+    # Scores above the threshold without an alert (the detector's refractory period, say) open nothing.
+    assert run(tracker, [1.2, 1.2, 0, 1.2, 0], alerts=[0, 0, 0, 1, 0]) == [
+        (3, "raised", "warning", 1), (4, "cleared", "warning", 1)]
 
 
-def test_debounce_needs_consecutive_exceedances():
-    tracker = AlertTracker(AlertConfig(debounce=3), n_streams=1)
-    assert run(tracker, [1.2, 1.2, 0, 1.2, 1.2, 1.2, 1.2]) == [(5, "raised", "warning", 1)]
-
-
-def test_unknown_readings_break_a_debounce_run():
-    tracker = AlertTracker(AlertConfig(debounce=2), n_streams=1)
-    assert run(tracker, [1.2, np.nan, 1.2, 1.2]) == [(3, "raised", "warning", 1)]
+def test_an_alert_during_an_open_episode_raises_nothing_new():
+    tracker = AlertTracker(AlertConfig(clear_after=2), n_streams=1)
+    assert run(tracker, [1.2, 1.2, 1.2], alerts=[1, 0, 1]) == [(0, "raised", "warning", 1)]
 
 
 def test_clear_needs_consecutive_readings_below_the_clear_level():
@@ -64,20 +64,9 @@ def test_critical_can_be_disabled():
     assert run(tracker, [100.0, 0.0], thr=0.0) == [(0, "raised", "warning", 1)]
 
 
-def test_refractory_blocks_new_episodes_right_after_a_clear():
-    tracker = AlertTracker(AlertConfig(clear_after=1, refractory=2), n_streams=1)
-    events = run(tracker, [1.2, 0, 1.2, 1.2, 1.2])
-    assert events == [(0, "raised", "warning", 1), (1, "cleared", "warning", 1), (4, "raised", "warning", 2)]
-
-
-def test_warming_up_thresholds_never_raise():
-    tracker = AlertTracker(n_streams=1)
-    assert run(tracker, [5.0, 5.0], thr=np.nan) == []
-
-
 def test_event_carries_score_threshold_and_formats_a_stable_id():
     tracker = AlertTracker(n_streams=3)
-    events = tracker.step(np.array([2, 0]), np.array([3.0, 0.5]), np.array([1.5, 1.0]))
+    events = tracker.step(np.array([2, 0]), np.array([3.0, 0.5]), np.array([1.5, 1.0]), np.array([True, False]))
     expected = AlertEvent(stream_idx=2, state="raised", severity="critical", score=3.0, threshold=1.5, episode=1)
     assert events == [expected]
     assert events[0].alert_id("pump-7") == "pump-7-1"
@@ -88,18 +77,19 @@ def test_streams_step_independently_and_in_any_order():
     scores = rng.normal(1.0, 1.0, size=(200, 4))
     scores[rng.random(scores.shape) < 0.05] = np.nan
     thr = rng.normal(1.5, 0.1, size=(200, 4))
-    cfg = AlertConfig(debounce=2, clear_after=3, clear_ratio=0.7, refractory=2)
+    alerts = scores > thr
+    cfg = AlertConfig(clear_after=3, clear_ratio=0.7)
     together = AlertTracker(cfg, n_streams=4)
     merged = []
     for t in range(200):
         order = rng.permutation(4)
-        events = together.step(order, scores[t, order], thr[t, order])
+        events = together.step(order, scores[t, order], thr[t, order], alerts[t, order])
         merged += [(e.stream_idx, t, e.state, e.severity, e.episode) for e in events]
     alone = []
     for s in range(4):
         tracker = AlertTracker(cfg, n_streams=1)
         for t in range(200):
-            events = tracker.step(ONE, scores[t, s : s + 1], thr[t, s : s + 1])
+            events = tracker.step(ONE, scores[t, s : s + 1], thr[t, s : s + 1], alerts[t, s : s + 1])
             alone += [(s, t, e.state, e.severity, e.episode) for e in events]
     assert len(alone) > 10
     assert sorted(merged) == sorted(alone)
@@ -109,11 +99,12 @@ def test_streams_step_independently_and_in_any_order():
 def test_state_round_trip_gives_identical_next_events(fmt):
     rng = np.random.default_rng(1)
     scores = rng.normal(1.0, 1.0, size=(300, 3))
-    cfg = AlertConfig(debounce=2, clear_after=2, clear_ratio=0.6, refractory=1, critical_ratio=2.0)
+    alerts = scores > 1.5
+    cfg = AlertConfig(clear_after=2, clear_ratio=0.6, critical_ratio=2.0)
     tracker = AlertTracker(cfg, n_streams=3)
     idx = np.arange(3)
     for t in range(150):
-        tracker.step(idx, scores[t], 1.5)
+        tracker.step(idx, scores[t], 1.5, alerts[t])
     state = tracker.state_dict()
     if fmt == "npz":
         buf = io.BytesIO()
@@ -126,7 +117,7 @@ def test_state_round_trip_gives_identical_next_events(fmt):
     assert restored.config == cfg
     n_events = 0
     for t in range(150, 300):
-        a, b = tracker.step(idx, scores[t], 1.5), restored.step(idx, scores[t], 1.5)
+        a, b = tracker.step(idx, scores[t], 1.5, alerts[t]), restored.step(idx, scores[t], 1.5, alerts[t])
         assert a == b
         n_events += len(a)
     assert n_events > 5
@@ -134,7 +125,7 @@ def test_state_round_trip_gives_identical_next_events(fmt):
 
 def test_added_streams_start_idle():
     tracker = AlertTracker(n_streams=1)
-    tracker.step(ONE, np.array([5.0]), np.array([1.0]))
+    tracker.step(ONE, np.array([5.0]), np.array([1.0]), np.array([True]))
     new = tracker.add_streams(2)
     np.testing.assert_array_equal(new, [1, 2])
     np.testing.assert_array_equal(tracker.active_, [True, False, False])
@@ -144,10 +135,8 @@ def test_added_streams_start_idle():
 @pytest.mark.parametrize(
     "kwargs, field",
     [
-        ({"debounce": 0}, "debounce"),
         ({"clear_after": 0}, "clear_after"),
         ({"clear_ratio": 1.2}, "clear_ratio"),
-        ({"refractory": -1}, "refractory"),
         ({"critical_ratio": 0.9}, "critical_ratio"),
     ],
 )

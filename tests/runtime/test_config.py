@@ -27,17 +27,17 @@ def _write(tmp_path, text: str) -> Path:
 def test_defaults_need_no_file():
     config = load_config(None, env={})
     assert config.mqtt.protocol == "5" and config.mqtt.qos == 1 and config.windows.period == 1.0
-    assert config.alerts.debounce == 1
+    assert config.detector.debounce == 1
 
 
 def test_toml_then_environment_then_flags_each_override_the_one_before(tmp_path):
-    path = _write(tmp_path, '[mqtt]\nhost = "from-toml"\nport = 1884\nkeepalive = 20\n[alerts]\ndebounce = 2\n')
+    path = _write(tmp_path, '[mqtt]\nhost = "from-toml"\nport = 1884\nkeepalive = 20\n[detector]\ndebounce = 2\n')
     env = {"TREP_EDGE_MQTT_PORT": "1885", "TREP_EDGE_MQTT_KEEPALIVE": "25", "TREP_EDGE_DATA": "/not/a/section"}
     config = load_config(path, env=env, flags={("mqtt", "keepalive"): "40"})
     assert config.mqtt.host == "from-toml"  # TOML over default
     assert config.mqtt.port == 1885  # environment over TOML
     assert config.mqtt.keepalive == 40  # flag over environment
-    assert config.alerts.debounce == 2
+    assert config.detector.debounce == 2
 
 
 def test_every_field_is_settable_by_environment_with_its_type():
@@ -108,14 +108,14 @@ def test_unknown_tables_fields_and_bad_types_name_the_setting(tmp_path):
         load_config(None, env={}, flags={("mqtt", "port"): "eighteen"})
     with pytest.raises(ConfigError, match="protocol must be '5' or '3.1.1'"):
         load_config(None, env={"TREP_EDGE_MQTT_PROTOCOL": "4"})
-    with pytest.raises(ConfigError, match=r"\[alerts\].*debounce"):
-        load_config(_write(tmp_path, "[alerts]\ndebounce = 0\n"), env={})
+    with pytest.raises(ConfigError, match=r"\[detector\].*debounce"):
+        load_config(_write(tmp_path, "[detector]\ndebounce = 0\n"), env={})
 
 
 def test_revision_identifies_the_effective_settings():
     a = load_config(None, env={})
     assert a.revision == load_config(None, env={}).revision
-    assert a.revision != load_config(None, env={"TREP_EDGE_ALERTS_DEBOUNCE": "3"}).revision
+    assert a.revision != load_config(None, env={"TREP_EDGE_DETECTOR_DEBOUNCE": "3"}).revision
     assert re.fullmatch(r"[0-9a-f]{12}", a.revision)
 
 

@@ -86,7 +86,7 @@ def test_model_change_and_sighup_reload_atomically_and_refuse_bad_input(tmp_path
     assert "not valid TOML" in status()["model_error"] and daemon.alive()
 
     # 4. SIGHUP with a good change: applied, and the status carries the new config revision.
-    tables = dict(daemon.tables, alerts={"debounce": 2})
+    tables = dict(daemon.tables, alerts={"clear_after": 5})
     daemon.config.write_text(toml_text(tables))
     daemon.send(signal.SIGHUP)
     out.wait_for(lambda c: status()["config_revision"] != revision and status()["model_error"] is None,

@@ -8,7 +8,6 @@ import sys
 import numpy as np
 import pytest
 
-from trep_edge.runtime.alerts import AlertConfig
 from trep_edge.runtime.detector import DetectorConfig
 from trep_edge.runtime.offline import detect_recording
 from trep_edge.runtime.replay import RecordedSeries
@@ -38,12 +37,13 @@ def test_scores_are_the_offline_protocol_and_episodes_follow_them(univariate_eng
     assert [e[1] for e in result.events] == ["raised", "cleared"]  # one episode, closed after the spike
 
 
-def test_alert_settings_change_the_episodes_not_the_scores(univariate_engine, ucr_series):
+def test_debounce_changes_the_alerts_and_episodes_not_the_scores(univariate_engine, ucr_series):
     series = _spiked(ucr_series, at=(1500, 1501))  # one point: cannot persist for 2 readings
     plain = score_recording(univariate_engine, series)
-    debounced = score_recording(univariate_engine, series, AlertConfig(debounce=2))
+    debounced = score_recording(univariate_engine, series, detector=DetectorConfig(debounce=2))
     np.testing.assert_array_equal(plain.score, debounced.score)
     assert plain.events and not debounced.events
+    assert plain.alerts[1500] and not debounced.alerts[1500]
 
 
 def test_csv_has_one_row_per_step_with_scores_events_and_labels(tmp_path, univariate_engine, ucr_series):
