@@ -143,8 +143,10 @@ def upper_tail_surprise(z: np.ndarray) -> np.ndarray:
     out[small] = -np.log10(0.5 * _erfc(z[small] / math.sqrt(2.0)).astype(np.float64))
     large = finite & (z > 8.0)
     zl = z[large]
-    # log Q(z) ≈ −z²/2 − log(z √(2π)) (Mills ratio), accurate to 1.5 % at z = 8 and better beyond.
-    out[large] = (zl**2 / 2 + np.log(zl * math.sqrt(2 * math.pi))) / math.log(10)
+    # log Q(z) ≈ −z²/2 − log(z √(2π)) + log(1 − 1/z² + 3/z⁴ − 15/z⁶) (Mills ratio series), within 3e-6 of the
+    # exact value at z = 8 and above it: without the series the surprise dropped by 0.0065 across the switch.
+    series = 1 - zl**-2 + 3 * zl**-4 - 15 * zl**-6
+    out[large] = (zl**2 / 2 + np.log(zl * math.sqrt(2 * math.pi)) - np.log(series)) / math.log(10)
     out[np.isposinf(z)] = np.inf
     return out
 

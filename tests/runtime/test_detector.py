@@ -1,0 +1,277 @@
+"""The streaming detector: surprise, novelty memory, signal statistics, alert gate, lanes, and its state."""
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from trep_edge.datasets.ett import load_csv
+from trep_edge.datasets.paths import data_root
+from trep_edge.runtime.detector import (
+    LOG_FLOOR,
+    AlertGate,
+    Detector,
+    DetectorConfig,
+    RepresentationMemory,
+    SignalStats,
+    upper_tail_surprise,
+)
+from trep_edge.runtime.monitor import Monitor
+from trep_edge.runtime.offline import detect_recording
+from trep_edge.runtime.payloads import Reading
+from round_trips import json_round_trip, npz_round_trip
+
+T0 = 1_700_000_000
+ETT_CHANNELS = ["HUFL", "MUFL", "OT"]
+
+
+def rows(*values):
+    return np.asarray(values, dtype=np.int64)
+
+
+# upper_tail_surprise
+
+
+def test_surprise_of_known_tail_probabilities():
+    got = upper_tail_surprise(np.array([0.0, 3.0, -3.0]))
+    np.testing.assert_allclose(got, [math.log10(2), -math.log10(0.0013499), -math.log10(1 - 0.0013499)], rtol=1e-4)
+
+
+def test_surprise_of_large_z_is_finite_monotone_and_continuous_at_the_asymptotic_switch():
+    z = np.array([5.0, 7.9, 8.0, 8.0001, 9.0, 20.0, 40.0, 1e3])
+    got = upper_tail_surprise(z)
+    assert np.isfinite(got).all() and (np.diff(got) > 0).all()
+    assert got[3] == pytest.approx(got[2], rel=0.015)  # the Mills-ratio branch starts within its stated 1.5 %
+    assert got[-3] == pytest.approx(-math.log10(0.5 * math.erfc(20 / math.sqrt(2))), rel=0.01)
+    assert np.isnan(upper_tail_surprise(np.array([np.nan]))).all() and upper_tail_surprise(np.inf) == np.inf
+
+
+# RepresentationMemory
+
+
+def test_novelty_is_nan_until_an_entry_older_than_the_exclusion_exists():
+    memory = RepresentationMemory(dims=2, memory=8, stride=1, exclusion=2, n_streams=1)
+    one = rows(0)
+    for k in range(2):
+        memory.remember(one, np.array([[k, 0.0]]))
+        assert np.isnan(memory.novelty(one, np.zeros((1, 2))))[0]  # entries 0 and 1 readings old: excluded
+    memory.remember(one, np.array([[2.0, 0.0]]))
+    # [0, 0] is now 2 readings old: the only eligible entry. The query [3, 4] is 5 away from it.
+    assert memory.novelty(one, np.array([[3.0, 4.0]]))[0] == 5.0
+
+
+def test_novelty_is_the_nearest_eligible_distance_and_ignores_the_newest_entries():
+    memory = RepresentationMemory(dims=2, memory=8, stride=1, exclusion=2, n_streams=2)
+    for z in ([0.0, 0.0], [6.0, 8.0], [1.0, 1.0], [2.0, 2.0]):
+        memory.remember(rows(0), np.array([z]))
+    memory.remember(rows(1), np.array([[100.0, 100.0]]))
+    # Lane 0: [1, 1] and [2, 2] are within the exclusion; [0, 0] and [6, 8] are eligible.
+    query = np.array([[2.0, 2.0], [6.0, 8.0]])
+    np.testing.assert_allclose(memory.novelty(rows(0, 0), query), [math.sqrt(8), 0.0])
+    assert np.isnan(memory.novelty(rows(1), query[:1]))[0]  # lanes are separate: lane 1 has 1 entry, excluded
+
+
+def test_memory_writes_every_stride_th_representation_and_forgets_the_oldest():
+    memory = RepresentationMemory(dims=1, memory=3, stride=2, exclusion=0, n_streams=1)
+    for k in range(10):  # written: readings 0, 2, 4, 6, 8; kept: the last 3 (4, 6, 8)
+        memory.remember(rows(0), np.array([[float(k)]]))
+    assert memory.written_[0] == 5 and sorted(memory.ring_[0, :, 0].tolist()) == [4.0, 6.0, 8.0]
+    assert memory.novelty(rows(0), np.array([[0.0]]))[0] == 4.0
+
+
+# SignalStats
+
+
+def test_statistics_are_numpys_mean_and_variance_for_horizon_values_then_exponential():
+    x = np.array([1.0, 4.0, -2.0, 0.5, 3.0, 10.0, -5.0])
+    stats = SignalStats(k=1, horizon=5, short=1, n_streams=1)
+    for i, v in enumerate(x):
+        stats.learn(rows(0), np.array([[v]]), np.array([True]))
+        if i < 5:
+            assert stats.mean_[0, 0] == pytest.approx(x[: i + 1].mean()) and stats.count_[0, 0] == i + 1
+            assert stats.var_[0, 0] == pytest.approx(x[: i + 1].var())
+    mean, var = x[:5].mean(), x[:5].var()
+    for v in x[5:]:  # weight 1/horizon from the 6th value on
+        delta = v - mean
+        mean, var = mean + delta / 5, (1 - 1 / 5) * (var + delta**2 / 5)
+    assert (stats.count_[0, 0], stats.mean_[0, 0], stats.var_[0, 0]) == (5, pytest.approx(mean), pytest.approx(var))
+
+
+def test_nan_and_protected_values_are_not_learned_but_the_short_ring_advances():
+    stats = SignalStats(k=2, horizon=100, short=3, n_streams=1)
+    stats.learn(rows(0), np.array([[1.0, np.nan]]), np.array([True]))
+    stats.learn(rows(0), np.array([[9.0, 9.0]]), np.array([False]))
+    assert stats.count_[0].tolist() == [1, 0] and stats.mean_[0, 0] == 1.0
+    assert stats.pos_[0] == 2 and 9.0 in stats.recent_[0, 0]
+
+
+def test_surprise_is_the_gaussian_tail_of_the_value_or_of_the_short_mean_whichever_is_larger():
+    stats = SignalStats(k=1, horizon=100, short=2, n_streams=1)
+    assert np.isnan(stats.surprise(rows(0), np.array([[1.0]])))[0, 0]  # no history
+    for v in (0.0, 2.0, 0.0, 2.0):  # mean 1, std 1; the short ring ends with [0, 2]
+        stats.learn(rows(0), np.array([[v]]), np.array([True]))
+    expected = upper_tail_surprise(np.array([3.0 - 1.0]))[0]
+    assert stats.surprise(rows(0), np.array([[3.0]]))[0, 0] == pytest.approx(expected)
+    # A low reading after a high one: the short mean (2 + -1) / 2 = 0.5 is less low than the value -1.
+    expected = upper_tail_surprise(np.array([0.5 - 1.0]))[0]
+    assert stats.surprise(rows(0), np.array([[-1.0]]))[0, 0] == pytest.approx(expected)
+
+
+# AlertGate
+
+
+def test_gate_warms_up_on_scored_readings_only_and_never_alerts_while_warming():
+    gate = AlertGate(threshold=1.0, min_count=3, refractory=0, protect=10, n_streams=1)
+    decisions = [gate.decide(rows(0), np.array([s])) for s in (np.nan, 50.0, 50.0, 0.0, 50.0)]
+    assert [bool(w[0]) for _, w, _ in decisions] == [True, True, True, False, False]
+    assert [bool(a[0]) for a, _, _ in decisions] == [False, False, False, False, True]
+    assert [bool(learn[0]) for _, _, learn in decisions[:4]] == [True] * 4  # warm-up readings are all learned
+
+
+def test_refractory_period_suppresses_alerts_after_one():
+    gate = AlertGate(threshold=1.0, min_count=1, refractory=2, protect=10, n_streams=1)
+    scores = [5.0, 0.0, 5.0, 0.0, 5.0]  # alert; 2 readings later still refractory; 4 readings later free again
+    alerts = [bool(gate.decide(rows(0), np.array([s]))[0][0]) for s in scores]
+    assert alerts == [True, False, False, False, True]
+
+
+def test_protected_readings_are_not_learned_for_at_most_protect_in_a_row():
+    gate = AlertGate(threshold=1.0, min_count=1, refractory=0, protect=2, n_streams=1)
+    learn = [bool(gate.decide(rows(0), np.array([s]))[2][0]) for s in (5.0, 5.0, 5.0, 5.0, 0.0, 5.0)]
+    assert learn == [False, False, True, True, True, False]  # a lasting change becomes the baseline
+
+
+def test_streams_are_gated_independently():
+    gate = AlertGate(threshold=1.0, min_count=2, refractory=5, protect=2, n_streams=2)
+    gate.decide(rows(0, 1), np.array([0.0, np.nan]))
+    alert, warming, _ = gate.decide(rows(0, 1), np.array([5.0, 5.0]))
+    assert alert.tolist() == [True, False] and warming.tolist() == [False, True]
+
+
+# Detector: lanes, the correction, the reported lane
+
+
+def _log(d):
+    return np.log(np.asarray(d, dtype=np.float64) + LOG_FLOOR)
+
+
+def test_score_is_the_best_lane_surprise_less_log10_of_lanes_times_signals_and_names_that_lane():
+    config = DetectorConfig(signals=("distance",), short=1, min_count=1, prior_weight=0)
+    detector = Detector(config, dims=2)
+    detector.add(streams=1, lanes=3)
+    rng = np.random.default_rng(0)
+    history = rng.uniform(1.0, 2.0, size=(20, 3))
+    one, lanes, lane_of, z = rows(0), rows(0, 1, 2), rows(0, 0, 0), np.zeros((3, 2))
+    for d in history:
+        detector.step(one, lanes, lane_of, d, z)
+    now = np.array([1.5, 6.0, 3.0])
+    step = detector.step(one, lanes, lane_of, now, z)
+    logs = _log(history)
+    surprise = upper_tail_surprise((_log(now) - logs.mean(axis=0)) / logs.std(axis=0))
+    np.testing.assert_allclose(step.lane_score, surprise, rtol=1e-9)
+    assert step.score[0] == pytest.approx(surprise.max() - math.log10(3)) and step.lane[0] == 1
+    # A lane without a value this reading is not a test: 2 lanes left.
+    step = detector.step(one, lanes, lane_of, np.array([np.nan, 1.5, 3.0]), z)
+    assert step.score[0] == pytest.approx(np.nanmax(step.lane_score) - math.log10(2)) and step.lane[0] == 2
+
+
+def test_both_signals_count_as_tests_and_streams_are_scored_separately():
+    config = DetectorConfig(memory=8, stride=1, exclusion=1, short=1, min_count=1, prior_weight=0)
+    detector = Detector(config, dims=2)
+    detector.add(streams=2, lanes=3)  # stream 0: lanes 0 and 1; stream 1: lane 2
+    streams, lanes, lane_of = rows(0, 1), rows(0, 1, 2), rows(0, 0, 1)
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        step = detector.step(streams, lanes, lane_of, rng.uniform(1, 2, 3), rng.normal(size=(3, 2)))
+    assert np.isfinite(step.signals).all()  # novelty exists once the memory holds old enough entries
+    best = [np.nanmax(step.lane_score[:2]), step.lane_score[2]]
+    np.testing.assert_allclose(step.score, [best[0] - math.log10(2 * 2), best[1] - math.log10(1 * 2)])
+    assert step.lane.tolist() == [int(np.argmax(step.lane_score[:2])), 2]
+
+
+def _run_detector(detector, distances, z):
+    out = []
+    for d, zz in zip(distances, z):
+        step = detector.step(rows(0, 1), rows(0, 1, 2), rows(0, 0, 1), d, zz)
+        out.append((step.score, step.alert, step.warming, step.lane))
+    return out
+
+
+@pytest.mark.parametrize("round_trip", [npz_round_trip, json_round_trip])
+def test_detector_state_round_trip_mid_stream_equals_an_uninterrupted_run(round_trip):
+    config = DetectorConfig(memory=5, stride=2, exclusion=3, horizon=12, short=3, min_count=4, threshold=1.5,
+                            refractory=3, protect=2, prior_weight=10)  # fmt: skip
+    prior = {"signals": ["distance", "novelty"], "mean": [0.3, -0.5], "var": [0.2, 0.4], "n": 500}
+    rng = np.random.default_rng(2)
+    distances = rng.lognormal(size=(80, 3)) * np.where(rng.random((80, 3)) < 0.05, 30, 1)
+    distances[rng.random((80, 3)) < 0.05] = np.nan
+    z = rng.normal(size=(80, 3, 4))
+
+    def fresh():
+        detector = Detector(config, dims=4, card_prior=prior)
+        detector.add(streams=2, lanes=3)
+        return detector
+
+    reference, interrupted = fresh(), fresh()
+    expected = _run_detector(reference, distances, z)
+    got = _run_detector(interrupted, distances[:40], z[:40])
+    restored = Detector(config, dims=4, card_prior=prior)
+    restored.load_state(round_trip(interrupted.state_dict()))
+    got += _run_detector(restored, distances[40:], z[40:])
+    assert any(a.any() for _, a, _, _ in expected[40:])  # alerts, refractory and protection are exercised
+    np.testing.assert_equal(got, expected)
+
+
+# The monitor's lanes on a real multichannel series
+
+
+@pytest.fixture(scope="module")
+def ett():
+    """The first 1,200 hours of ETTh1, three channels of different scales."""
+    path = data_root() / "ETT" / "ETTh1.csv"
+    if not path.is_file():
+        pytest.skip(f"real data not found at {path} (set TREP_EDGE_DATA)")
+    series = load_csv(path)
+    return series.values[:1200, [series.channels.index(c) for c in ETT_CHANNELS]].astype(np.float64)
+
+
+@pytest.fixture(scope="module")
+def independent_engine(univariate_engine):
+    """The univariate fixture model run channel by channel, each channel scaled by its own statistics."""
+    card = dataclasses.replace(univariate_engine.card, scaling="stream", channel_mode="independent")
+    return dataclasses.replace(univariate_engine, card=card)
+
+
+def _stream(monitor, values, tick_every):
+    scored, alerts = [], []
+    for t, row in enumerate(values):
+        monitor.ingest(Reading("ett", float(T0 + t), dict(zip(ETT_CHANNELS, row.tolist()))))
+        if (t + 1) % tick_every == 0 or t == len(values) - 1:
+            result = monitor.tick(T0 + t)
+            scored += result.scored
+            alerts += result.alerts
+    return scored, alerts
+
+
+def test_streaming_equals_offline_for_a_stream_scaled_channel_independent_model(ett, independent_engine):
+    detector = DetectorConfig(threshold=3.0, refractory=20)  # some alerts fire
+    expected = detect_recording(independent_engine, ett, detector)
+    assert expected.alerts.sum() >= 3
+    scored, _ = _stream(Monitor(independent_engine, detector=detector), ett, tick_every=37)
+    assert [s.step for s in scored] == list(range(T0, T0 + len(ett)))
+    np.testing.assert_array_equal([s.raw for s in scored], expected.raw)
+    np.testing.assert_array_equal([s.score for s in scored], expected.score)
+    np.testing.assert_array_equal([s.alert for s in scored], expected.alerts)
+    np.testing.assert_array_equal([s.warming for s in scored], expected.warming)
+    assert [s.channel for s in scored] == [ETT_CHANNELS[k] if k >= 0 else "" for k in expected.lane]
+
+
+def test_a_fault_in_one_channel_alerts_and_names_that_channel(ett, independent_engine):
+    values = ett[:820].astype(np.float32)  # the monitor keeps readings as float32: so does the expected alert
+    values[800:803, 1] += 30 * values[:, 1].std()  # a 3-hour spike in MUFL only
+    detector = DetectorConfig(min_count=50, scale_warmup=50, prior_weight=0)
+    scored, alerts = _stream(Monitor(independent_engine, detector=detector), values, tick_every=50)
+    assert [(s.step - T0, s.channel) for s in scored if s.alert] == [(800, "MUFL")]
+    raised = alerts[0]
+    assert (raised.state, raised.channel, raised.window_end) == ("raised", "MUFL", T0 + 800)
+    assert raised.values == dict(zip(ETT_CHANNELS, values[800].tolist()))
