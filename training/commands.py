@@ -48,9 +48,15 @@ def config_from_args(args: argparse.Namespace, base: dict | None = None) -> Trai
 
 def train(args: argparse.Namespace) -> int:
     """``trep-edge train``: pretrain (or fine-tune, or one rank of a torchrun job), checkpoint, print a JSON summary."""
+    import torch
+
     from .distributed import device_for, setup, teardown, world_from_env, wrap
 
     world = world_from_env()
+    if getattr(args, "threads", None):
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     channels = args.channels.split(",") if args.channels else None
     base = read_checkpoint(resolve_checkpoint(args.init_from)) if args.init_from else None
     inputs = _inputs_of(base, args, channels)

@@ -1,6 +1,7 @@
 """The pretraining loop: crops, masks, the hierarchical T-Rep loss, AdamW, averaging, exact-resume checkpoints."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -10,6 +11,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
@@ -26,6 +28,34 @@ from .losses import hierarchical_loss
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "trep-edge-checkpoint/1"
+
+
+@contextlib.contextmanager
+def conv2d_on_cpu(module: nn.Module) -> Iterator[None]:
+    """Run ``module``'s Conv1d layers as height-1 Conv2d on CPU tensors while inside (same weights, same math).
+
+    Why: torch's CPU Conv1d backward is about 30x slower than the identical Conv2d (2.0 s vs 0.07 s for ten
+    dilated width-32 layers on a 16 x 800 batch, torch 2.13, 2 cores). Only the training step uses this; the modules
+    themselves, checkpoints and ONNX exports keep their Conv1d.
+    """
+    convs = [m for m in module.modules() if isinstance(m, nn.Conv1d) and m.padding_mode == "zeros"]
+
+    def routed(conv: nn.Conv1d) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]:
+        def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+            if x.device.type != "cpu" or isinstance(conv.padding, str):
+                return nn.Conv1d._conv_forward(conv, x, weight, bias)
+            return F.conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, conv.stride[0]), (0, conv.padding[0]),
+                            (1, conv.dilation[0]), conv.groups).squeeze(2)  # fmt: skip
+
+        return forward
+
+    try:
+        for conv in convs:
+            conv._conv_forward = routed(conv)
+        yield
+    finally:
+        for conv in convs:
+            conv.__dict__.pop("_conv_forward", None)
 
 
 def default_iterations(cfg: TrainConfig, sections: Sections) -> int:
@@ -174,10 +204,11 @@ class Trainer:
             views.append((self._tensor(xv), self._tensor(keep, torch.bool), self._tensor(t)))
         seed = int(self.rng.integers(2**62))
         pieces = self._shards_of(len(x), local)
-        if len(pieces) == 1 and self.shards == 1:
-            loss, parts = self.objective(views[0], views[1], crops.overlap, seed)
-        else:
-            loss, parts = self._sharded_loss(views, crops.overlap, seed, pieces)
+        with conv2d_on_cpu(self.encoder), conv2d_on_cpu(self.heads):
+            if len(pieces) == 1 and self.shards == 1:
+                loss, parts = self.objective(views[0], views[1], crops.overlap, seed)
+            else:
+                loss, parts = self._sharded_loss(views, crops.overlap, seed, pieces)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss became {float(loss)} at step {self.step}: lower --lr or check the data")
         self.optimizer.zero_grad(set_to_none=True)
@@ -218,6 +249,10 @@ class Trainer:
             raise ValueError(
                 f"data has {sections.x.shape[-1]} channels, the encoder expects {self.encoder.cfg.input_dims}"
             )
+        if len(sections.x) == 1:
+            log.warning("the data is one section of %d steps, so every batch holds one section and the instance-"
+                        "contrast loss is 0: lower --max-train-length (e.g. to %d) to cut it into sections",
+                        sections.x.shape[1], max(2, sections.x.shape[1] // 8))  # fmt: skip
         if self.total_steps is None:
             self.total_steps = iterations if iterations is not None else default_iterations(self.cfg, sections)
         return self._loop(lambda: self.train_step(sections), checkpoint, progress)

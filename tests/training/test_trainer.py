@@ -111,3 +111,49 @@ def test_crops_overlap_and_stay_inside_the_series():
         crops = draw_crops(rng, batch=5, length=30)
         assert crops.pos1.min() >= 0 and crops.pos2.max() < 30
         np.testing.assert_array_equal(crops.pos1[:, -crops.overlap :], crops.pos2[:, : crops.overlap])
+
+
+def test_training_convolutions_run_as_conv2d_with_the_conv1d_result_and_gradients():
+    from trep_edge.training.trainer import conv2d_on_cpu
+
+    torch.manual_seed(0)
+    trainer = Trainer(TrainConfig(**SMALL, average_weights=False), input_dims=2)
+    encoder = trainer.encoder.eval()  # no dropout: the two runs must see the same network
+    x = torch.randn(3, 40, 2)
+    mask = torch.ones(3, 40, dtype=torch.bool)
+    t = torch.arange(40.0).repeat(3, 1)
+
+    def out_and_grads():
+        encoder.zero_grad()
+        z = encoder(x, mask, t)
+        z.square().sum().backward()
+        return z.detach(), [p.grad.clone() for p in encoder.parameters() if p.grad is not None]
+
+    plain_z, plain_g = out_and_grads()
+    with conv2d_on_cpu(encoder):
+        fast_z, fast_g = out_and_grads()
+    torch.testing.assert_close(fast_z, plain_z, rtol=1e-5, atol=1e-5)
+    for a, b in zip(fast_g, plain_g):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    # outside the step the modules are plain Conv1d again (what checkpoints and the ONNX export see)
+    assert not any("_conv_forward" in m.__dict__ for m in encoder.modules())
+
+
+def test_thread_count_changes_results_only_by_float_rounding():
+    losses = []
+    for threads in (1, 2):
+        previous = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            trainer = Trainer(TrainConfig(**SMALL, average_weights=False), input_dims=2)
+            losses.append([r["loss"] for r in trainer.fit(_data(), iterations=3, progress=False)])
+        finally:
+            torch.set_num_threads(previous)
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
+
+
+def test_one_section_per_batch_is_warned_about(caplog):
+    trainer = Trainer(TrainConfig(**SMALL, average_weights=False), input_dims=2)
+    with caplog.at_level("WARNING"):
+        trainer.fit(_data(n=1, length=50), iterations=1, progress=False)
+    assert "instance-contrast loss is 0" in caplog.text and "--max-train-length" in caplog.text
