@@ -141,6 +141,13 @@ def test_protected_readings_are_not_learned_for_at_most_protect_in_a_row():
     assert learn == [False, False, True, True, True, False]  # a lasting change becomes the baseline
 
 
+def test_debounce_alerts_once_per_run_of_hot_readings_on_its_debounce_th():
+    gate = AlertGate(threshold=1.0, min_count=1, refractory=0, protect=10, debounce=2, n_streams=1)
+    scores = [5.0, 0.0, 5.0, 5.0, 5.0, 0.0, 5.0, 5.0]
+    alerts = [bool(gate.decide(rows(0), np.array([s]))[0][0]) for s in scores]
+    assert alerts == [False, False, False, True, False, False, False, True]
+
+
 def test_streams_are_gated_independently():
     gate = AlertGate(threshold=1.0, min_count=2, refractory=5, protect=2, n_streams=2)
     gate.decide(rows(0, 1), np.array([0.0, np.nan]))

@@ -2,7 +2,15 @@
 import numpy as np
 import pytest
 
-from trep_edge.runtime.preprocess import difference, fit_normalisation, forward_fill
+from trep_edge.runtime.preprocess import (
+    StreamScaler,
+    difference,
+    fit_normalisation,
+    forward_fill,
+    robust_location_scale,
+    scale_windows,
+)
+from round_trips import json_round_trip, npz_round_trip
 
 nan = np.nan
 
@@ -45,3 +53,85 @@ def test_normalisation_refuses_an_empty_channel_and_guards_constant_ones():
     np.testing.assert_allclose(norm.apply(x)[:, 0], [-1, 1])
     with pytest.raises(ValueError, match="no observed value"):
         fit_normalisation(np.array([[1, nan], [2, nan]], dtype=np.float32))
+
+
+# per-stream scaling (models with scaling = "stream")
+
+
+def test_robust_location_scale_falls_back_from_iqr_to_mad_to_std_to_a_share_of_the_level():
+    x = np.full((6, 9), nan)
+    x[0, :5] = [1, 2, 3, 4, 5]  # IQR 4 - 2
+    x[1, :5] = [5, 5, 6, 5, 5]  # IQR 0, MAD 0, std
+    x[2, :3] = [50, 50, 50]  # no spread at all: 1 % of the level
+    x[3, :2] = [0, 0]  # ... at least 1e-3
+    x[4, :3] = [1, nan, 3]  # NaN-aware
+    loc, scale = robust_location_scale(x)  # row 5 has no value
+    np.testing.assert_allclose(loc, [3, 5, 50, 0, 2, 0])
+    np.testing.assert_allclose(scale, [2 / 1.349, np.std([5, 5, 6, 5, 5]), 0.5, 1e-3, 1 / 1.349, 1])
+
+
+def _learn(scaler, lane, values, window=4):
+    """Feed readings one at a time, each as the last step of its window (NaN-padded at the start)."""
+    history = np.full(window - 1, nan)
+    for v in values:
+        history = np.append(history, v)
+        scaler.update(np.array([lane]), history[None, -window:])
+
+
+def test_scaler_warm_up_sets_location_and_scale_robustly_from_the_window():
+    scaler = StreamScaler(warmup=3, adapt=0, n_streams=2)
+    _learn(scaler, 1, [10.0, 12.0, 14.0])
+    loc, scale = robust_location_scale(np.array([[nan, 10.0, 12.0, 14.0]]))
+    assert (scaler.loc_[1], scaler.scale_[1], scaler.count_[1]) == (loc[0], scale[0], 3)
+    assert (scaler.loc_[0], scaler.scale_[0], scaler.count_[0]) == (0.0, 1.0, 0)  # lanes are separate
+    _learn(scaler, 1, [100.0, nan])  # adapt 0: frozen after warm-up; NaN is not a reading
+    assert (scaler.loc_[1], scaler.scale_[1], scaler.count_[1]) == (loc[0], scale[0], 4)
+
+
+def test_scaler_follows_slowly_after_warm_up_and_skips_outliers():
+    scaler = StreamScaler(warmup=2, adapt=10, outlier=6.0, n_streams=1)
+    _learn(scaler, 0, [0.0, 2.0])  # loc 1, scale 2 / 1.349
+    loc, scale = scaler.loc_[0], scaler.scale_[0]
+    _learn(scaler, 0, [3.0])
+    expected_scale = scale + (abs(3.0 - loc) * np.sqrt(np.pi / 2) - scale) / 10
+    assert (scaler.loc_[0], scaler.scale_[0]) == (pytest.approx(loc + (3.0 - loc) / 10), pytest.approx(expected_scale))
+    before = (scaler.loc_[0], scaler.scale_[0])
+    _learn(scaler, 0, [loc + 7 * scaler.scale_[0]])  # an anomaly never becomes the scale
+    assert (scaler.loc_[0], scaler.scale_[0]) == before and scaler.count_[0] == 4
+
+
+def test_scaler_applies_location_and_scale_and_clips():
+    scaler = StreamScaler(warmup=2, clip=5.0, n_streams=2)
+    scaler.loc_[:], scaler.scale_[:] = [1.0, -2.0], [2.0, 0.5]
+    got = scaler.apply(np.array([0, 1]), np.array([[3.0, 100.0], [-2.0, -1.5]]))
+    np.testing.assert_allclose(got, [[1.0, 5.0], [0.0, 1.0]])
+
+
+def test_scale_windows_learns_each_channel_of_each_window_as_its_own_lane():
+    scaler = StreamScaler(warmup=3, n_streams=4)
+    windows = np.array([[[1, 10], [2, 20], [3, 30]], [[5, 0], [5, 0], [6, 4]]], dtype=np.float32)  # [n=2, W=3, C=2]
+    lanes = np.array([0, 1, 2, 3])  # window i, channel c -> lane 2 i + c
+    got = scale_windows(scaler, lanes, windows)
+    loc, scale = robust_location_scale(windows.transpose(0, 2, 1).reshape(4, 3))
+    np.testing.assert_allclose(scaler.loc_, loc)
+    np.testing.assert_allclose(got, (windows - loc.reshape(2, 1, 2)) / scale.reshape(2, 1, 2), rtol=1e-6)
+
+
+def test_scaler_refuses_bad_settings_naming_them():
+    with pytest.raises(ValueError, match="warmup >= 2, adapt >= 0, outlier > 0, clip > 0; got 1, 0, 6.0, 100.0"):
+        StreamScaler(warmup=1, adapt=0)
+
+
+@pytest.mark.parametrize("round_trip", [npz_round_trip, json_round_trip])
+def test_scaler_state_round_trip_mid_stream_equals_an_uninterrupted_run(round_trip):
+    rng = np.random.default_rng(0)
+    values = rng.normal(5, 2, size=(60, 3)) * np.where(rng.random((60, 3)) < 0.05, 20, 1)
+    lanes = np.arange(3)
+    reference, interrupted = (StreamScaler(warmup=10, adapt=20, n_streams=3) for _ in range(2))
+    windows = np.lib.stride_tricks.sliding_window_view(np.vstack([np.full((3, 3), nan), values]), 4, axis=0)
+    expected = [scale_windows(reference, lanes, w[None].transpose(0, 2, 1)) for w in windows]
+    got = [scale_windows(interrupted, lanes, w[None].transpose(0, 2, 1)) for w in windows[:25]]
+    restored = StreamScaler.from_state(round_trip(interrupted.state_dict()))
+    got += [scale_windows(restored, lanes, w[None].transpose(0, 2, 1)) for w in windows[25:]]
+    np.testing.assert_array_equal(got, expected)
+    assert restored.count_.tolist() == [60] * 3
