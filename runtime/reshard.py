@@ -10,8 +10,8 @@ classified by its shape, so state added to the monitor later moves with its stre
 
 - a 0-d array is a setting (JSON text, or a scalar): equal in every old checkpoint (else the shards ran other
   models or settings and are refused), copied to every new one. Two fields of a JSON setting are not settings:
-  ``names`` (the stream ids, in the window store's setting ``windows/config``) are rebuilt, and ``counters``
-  (running event totals) restart at zero after a merge, as after any fresh start;
+  ``names`` (the stream ids, in the window store's setting ``windows/config`` and in the monitor's) are rebuilt,
+  and ``counters`` (running event totals) restart at zero after a merge, as after any fresh start;
 - a 1-d integer array ``P/..._stream`` of stream indices makes an entry table: the arrays beside it with the same
   prefix (e.g. ``windows/pending_step`` beside ``windows/pending_stream``) hold one row per entry, and move with
   the entry's stream;
@@ -35,6 +35,8 @@ NAMES_KEY = "windows/config"
 RUNNING_FIELDS = ("names", "counters")
 """Fields of a JSON setting that differ between shards by design (rebuilt or reset here, not compared)."""
 INDEX_SUFFIX = "_stream"
+LANES_KEY = "monitor/lane_stream"
+"""The stream of each window-store row (lane); resharding needs one lane per stream (a fixed-channel model)."""
 
 
 def stream_names(state: State) -> list[str]:
@@ -56,6 +58,9 @@ def _index_key(key: str, state: State) -> str | None:
 def classify(state: State) -> dict[str, str]:
     """Each key's kind: ``setting``, ``stream`` (one row per stream) or an entry table's index key."""
     n = len(stream_names(state))
+    if LANES_KEY in state and not np.array_equal(np.asarray(state[LANES_KEY]), np.arange(n)):
+        raise ValueError("this checkpoint's streams have several lanes (a channel-independent model): resharding "
+                         "it is not supported; start the new shards without it (the streams warm up again)")
     kinds: dict[str, str] = {}
     for key, value in state.items():
         value = np.asarray(value)
@@ -99,10 +104,17 @@ def select_streams(state: State, keep: np.ndarray) -> dict[str, np.ndarray]:
         else:
             rows = keep[np.asarray(state[kind], dtype=np.int64)]
             out[key] = renumber[value[rows]] if key == kind else value[rows].copy()
-    config = json.loads(str(np.asarray(state[NAMES_KEY])))
-    config["names"] = [n for n, k in zip(names, keep.tolist()) if k]
-    out[NAMES_KEY] = np.array(json.dumps(config))
+    _rename(out, [n for n, k in zip(names, keep.tolist()) if k])
     return out
+
+
+def _rename(state: dict[str, np.ndarray], names: list[str]) -> None:
+    """Set ``names`` in every JSON setting that lists the streams (the window store's and the monitor's)."""
+    for key, value in state.items():
+        parsed = json.loads(str(value)) if value.ndim == 0 and value.dtype.kind == "U" else None
+        if isinstance(parsed, dict) and "names" in parsed:
+            parsed["names"] = names
+            state[key] = np.array(json.dumps(parsed))
 
 
 def _comparable(value: np.ndarray) -> Any:
@@ -155,9 +167,7 @@ def merge_states(states: Sequence[State], labels: Sequence[str]) -> dict[str, np
             merged[key] = np.concatenate([np.asarray(s[key], dtype=np.int64) + off for s, off in zip(states, offsets)])
         else:
             merged[key] = np.concatenate([np.asarray(s[key]) for s in states])
-    config = json.loads(str(merged[NAMES_KEY]))
-    config["names"] = list(owners)
-    merged[NAMES_KEY] = np.array(json.dumps(config))
+    _rename(merged, list(owners))
     return merged
 
 

@@ -17,16 +17,16 @@ from trep_edge.runtime.replay import RecordedSeries
 from trep_edge.runtime.score_file import FileScores, score_recording
 
 TOPIC = "sensors/{stream}/telemetry"
-WINDOW, Z = 64, 21  # the univariate fixture model's window and scoring.z
+WINDOW = 64  # the univariate fixture model's window
 
 
 def spiked_streams(values: np.ndarray, count: int, length: int, spikes: list[int]) -> list[RecordedSeries]:
-    """``count`` streams cut from one real series at different offsets, +60 for 3 steps at each of ``spikes``."""
+    """``count`` streams cut from one real series at different offsets, +200 for 3 steps at each of ``spikes``."""
     out = []
     for k in range(count):
         x = values[1200 + 97 * k : 1200 + 97 * k + length].copy()
         for s in spikes:
-            x[s + k : s + k + 3] += 60.0
+            x[s + k : s + k + 3] += 200.0
         out.append(RecordedSeries(f"bed{k:02d}", ["value"], x.reshape(-1, 1)))
     return out
 
@@ -77,8 +77,8 @@ def events(alerts: list[Published], stream: str) -> list[tuple[int, str, str, st
 def assert_scores_match(scores: list[Published], reference: FileScores) -> None:
     """Every published score of a stream equals the offline one of its step (tolerances of the e2e test)."""
     steps = [p.step for p in scores]
-    got = np.array([[np.nan if p.body[k] is None else p.body[k] for k in ("raw", "adjusted")] for p in scores])
+    got = np.array([[np.nan if p.body[k] is None else p.body[k] for k in ("raw", "score")] for p in scores])
     np.testing.assert_allclose(got[:, 0], reference.raw[steps], rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(got[:, 1], reference.adjusted[steps], rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(got[:, 1], reference.score[steps], rtol=1e-3, atol=1e-5)
     assert [p.body["warming"] for p in scores] == reference.warming[steps].tolist()
     assert [p.body["alert"] for p in scores] == reference.alerts[steps].tolist()

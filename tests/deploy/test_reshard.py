@@ -3,6 +3,7 @@ and alert exactly as one monitor that never moved anything (in-process; tests/de
 with daemons and a broker)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -48,7 +49,7 @@ def _run(monitors: dict[int, Monitor], owner, data: dict[str, np.ndarray], steps
             assert monitors[owner(stream)].ingest(Reading(stream, now, values), now) is None
         for monitor in monitors.values():
             result = monitor.tick(now + 0.5)
-            scores.update({(s.stream, s.step): (s.raw, s.adjusted, s.threshold, s.warming, s.alert)
+            scores.update({(s.stream, s.step): (s.raw, s.score, s.threshold, s.warming, s.alert)
                            for s in result.scored})  # fmt: skip
             alerts += [(a.stream, a.alert_id, a.state, a.severity, a.timestamp) for a in result.alerts]
     return scores, sorted(alerts)
@@ -117,8 +118,18 @@ def test_new_per_stream_arrays_and_pending_steps_move_with_their_stream(vitals_m
     part = select_streams(merged, np.array([False, False, True, False, True]))
     assert stream_names(part) == ["b1", "b3"] and part["windows/pending_stream"].tolist() == [0]
     np.testing.assert_array_equal(part["future/per_stream"][:, 0], [20, 22])
-    assert Monitor.from_state(engine, part).streams == {"b1": "warming", "b3": "warming"}
+    before = Monitor.from_state(engine, b).streams
+    assert Monitor.from_state(engine, part).streams == {s: before[s] for s in ("b1", "b3")}
     assert json.loads(str(merged["monitor/config"]))["counters"]["ticks"] == 0  # totals restart after a merge
+
+
+def test_a_channel_independent_models_state_is_refused(univariate_engine):
+    card = dataclasses.replace(univariate_engine.card, channel_mode="independent")
+    monitor = Monitor(dataclasses.replace(univariate_engine, card=card))
+    monitor.ingest(Reading("bed1", T0, {"HR": 70.0, "SpO2": 97.0}), T0)  # one stream, two lanes
+    monitor.tick(T0 + 1)
+    with pytest.raises(ValueError, match="several lanes.*not supported"):
+        reshard([monitor.state_dict()], ["a"], 2)
 
 
 def test_state_it_cannot_classify_is_refused_by_name(vitals_model):

@@ -13,7 +13,7 @@ import threading
 import time
 
 from broker import broker, collectors  # noqa: F401 - fixtures
-from shards import WINDOW, Z, TOPIC, assert_scores_match, events, received, references, shard_daemon, spiked_streams
+from shards import WINDOW, TOPIC, assert_scores_match, events, received, references, shard_daemon, spiked_streams
 
 from trep_edge.runtime.daemon import load_checkpoint
 from trep_edge.runtime.replay import Publisher, replay
@@ -93,7 +93,7 @@ def test_a_killed_shard_resumes_warm_and_the_others_are_unaffected(tmp_path, bro
         assert all(checkpoint_step < m <= killed_at + RATE for m in missing), (stream, missing)
         assert len(missing) <= RATE * CHECKPOINT, f"{stream}: {len(missing)} readings lost at the kill"
         lost[stream] = (killed_at - checkpoint_step, len(missing))
-        zone = (checkpoint_step, killed_at + len(missing) + WINDOW + Z)
+        zone = (checkpoint_step, killed_at + len(missing) + WINDOW)
         assert not [e for e in reference[stream].events if zone[0] < e[0] <= zone[1]], "kill placed badly"
         mine_events = events(alerts, stream)
         assert len({(e[3], e[1]) for e in mine_events}) == len(mine_events), f"duplicated alert changes: {mine_events}"
