@@ -8,7 +8,6 @@ import pytest
 from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.paths import data_root
 from trep_edge.runtime.detector import (
-    LOG_FLOOR,
     AlertGate,
     Detector,
     DetectorConfig,
@@ -158,10 +157,6 @@ def test_streams_are_gated_independently():
 # Detector: lanes, the correction, the reported lane
 
 
-def _log(d):
-    return np.log(np.asarray(d, dtype=np.float64) + LOG_FLOOR)
-
-
 def test_score_is_the_best_lane_surprise_less_log10_of_lanes_times_signals_and_names_that_lane():
     config = DetectorConfig(signals=("distance",), short=1, min_count=1, prior_weight=0)
     detector = Detector(config, dims=2)
@@ -169,12 +164,11 @@ def test_score_is_the_best_lane_surprise_less_log10_of_lanes_times_signals_and_n
     rng = np.random.default_rng(0)
     history = rng.uniform(1.0, 2.0, size=(20, 3))
     one, lanes, lane_of, z = rows(0), rows(0, 1, 2), rows(0, 0, 0), np.zeros((3, 2))
-    for d in history:
-        detector.step(one, lanes, lane_of, d, z)
+    logs = np.array([detector.step(one, lanes, lane_of, d, z).signals[:, 0] for d in history])
+    np.testing.assert_allclose(logs, np.log(history), atol=1e-5)  # distances are judged in log space
     now = np.array([1.5, 6.0, 3.0])
     step = detector.step(one, lanes, lane_of, now, z)
-    logs = _log(history)
-    surprise = upper_tail_surprise((_log(now) - logs.mean(axis=0)) / logs.std(axis=0))
+    surprise = upper_tail_surprise((step.signals[:, 0] - logs.mean(axis=0)) / logs.std(axis=0))
     np.testing.assert_allclose(step.lane_score, surprise, rtol=1e-9)
     assert step.score[0] == pytest.approx(surprise.max() - math.log10(3)) and step.lane[0] == 1
     # A lane without a value this reading is not a test: 2 lanes left.
