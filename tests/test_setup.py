@@ -79,24 +79,26 @@ def _no_cuda(installed: list[str]) -> None:
     assert not [d for d in installed if d.startswith(("nvidia", "triton"))], installed
 
 
-def test_reachable_cpu_index_supplies_torch_without_cuda(tmp_path, indexes):
+@pytest.mark.parametrize(
+    "reachable, says, version",
+    [
+        (True, "torch (CPU-only build) from PyTorch's CPU index", f"{VERSION}+cpu"),
+        # the default index holds a CPU torch, like this machine's local wheel or PyPI's macOS/aarch64 wheels
+        (False, "is unreachable; falling back to the default package index for torch", VERSION),
+    ],
+    ids=["cpu-index-reachable", "cpu-index-unreachable"],
+)
+def test_torch_comes_without_cuda_from_the_cpu_index_or_the_fallback(tmp_path, indexes, reachable, says, version):
     www, url = indexes
-    _cuda_default_index(www)
-    _wheel(www / "cpu", "torch", f"{VERSION}+cpu")
-    run, installed = _setup(tmp_path, f"{url}/pypi/", f"{url}/cpu/")
+    if reachable:
+        _cuda_default_index(www)
+        _wheel(www / "cpu", "torch", f"{VERSION}+cpu")
+    else:
+        _wheel(www / "pypi", "torch", VERSION)
+    run, installed = _setup(tmp_path, f"{url}/pypi/", f"{url}/cpu/" if reachable else f"{url}/nowhere/")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "torch (CPU-only build) from PyTorch's CPU index" in run.stdout
-    assert f"torch=={VERSION}+cpu" in installed
-    _no_cuda(installed)
-
-
-def test_unreachable_cpu_index_falls_back_to_a_cpu_torch_on_the_default_index(tmp_path, indexes):
-    www, url = indexes
-    _wheel(www / "pypi", "torch", VERSION)  # like this machine's local CPU wheel, or PyPI's macOS/aarch64 wheels
-    run, installed = _setup(tmp_path, f"{url}/pypi/", f"{url}/nowhere/")
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "is unreachable; falling back to the default package index for torch" in run.stdout
-    assert f"torch=={VERSION}" in installed
+    assert says in run.stdout
+    assert f"torch=={version}" in installed
     _no_cuda(installed)
 
 

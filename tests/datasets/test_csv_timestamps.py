@@ -56,25 +56,21 @@ def test_us_dates_are_refused_with_the_accepted_forms(tmp_path):
     assert "epoch seconds such as 1714564800" in str(error.value) and "ISO 8601" in str(error.value)
 
 
-def test_a_bad_iso_cell_further_down_is_refused_at_its_line(tmp_path):
-    path = write(tmp_path, "late.csv", "date,x\n2024-05-01T12:00:00Z,1\n2024-13-01T12:00:00Z,2\n")
+@pytest.mark.parametrize(
+    "text, line, problem",
+    [
+        ("date,x\n2024-05-01T12:00:00Z,1\n2024-13-01T12:00:00Z,2\n", 3,
+         "value '2024-13-01T12:00:00Z' is not a recognised timestamp (accepted"),
+        ("timestamp,x\n1714564800,1\n1714,2\n", 3,
+         "value '1714' is not a recognised timestamp: epoch seconds lie between"),
+        ("timestamp,x\n1714564800,1\nnoon,2\n", 3, "value 'noon' is not a recognised timestamp (accepted"),
+    ],
+    ids=["bad-iso-further-down", "epoch-out-of-range", "text-in-epoch-column"],
+)
+def test_bad_timestamp_cells_are_refused_at_their_line(tmp_path, text, line, problem):
     with pytest.raises(DataFormatError) as error:
-        load_csv(path)
-    assert_names(error, "late.csv", 3, "value '2024-13-01T12:00:00Z' is not a recognised timestamp (accepted")
-
-
-def test_epoch_values_out_of_range_are_refused(tmp_path):
-    path = write(tmp_path, "small.csv", "timestamp,x\n1714564800,1\n1714,2\n")
-    with pytest.raises(DataFormatError) as error:
-        load_csv(path)
-    assert_names(error, "small.csv", 3, "value '1714' is not a recognised timestamp: epoch seconds lie between")
-
-
-def test_a_text_cell_in_an_epoch_column_is_refused(tmp_path):
-    path = write(tmp_path, "mixed.csv", "timestamp,x\n1714564800,1\nnoon,2\n")
-    with pytest.raises(DataFormatError) as error:
-        load_csv(path)
-    assert_names(error, "mixed.csv", 3, "value 'noon' is not a recognised timestamp (accepted")
+        load_csv(write(tmp_path, "bad.csv", text))
+    assert_names(error, "bad.csv", line, problem)
 
 
 def test_a_counter_column_not_named_as_time_stays_a_channel(tmp_path):
