@@ -29,12 +29,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 pip=("$VENV/bin/python" -m pip)
-"${pip[@]}" install -q --upgrade pip >/dev/null 2>&1 || echo "setup: could not upgrade pip; using $("${pip[@]}" --version)"
+"${pip[@]}" install -q --upgrade pip >/dev/null 2>&1 \
+  || echo "setup: could not upgrade pip; using $("${pip[@]}" --version)"
 
 # torch==X from the constraints: dev and CI run the version the tests were written against.
 torch_req=$(grep -E '^torch==' constraints/cpu.txt)
-if "$VENV/bin/python" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1].rstrip('/') + '/torch/', timeout=15)" \
-    "$TORCH_INDEX" >/dev/null 2>&1; then
+probe="import sys, urllib.request; urllib.request.urlopen(sys.argv[1].rstrip('/') + '/torch/', timeout=15)"
+if "$VENV/bin/python" -c "$probe" "$TORCH_INDEX" >/dev/null 2>&1; then
   # An extra index, so the other packages keep coming from the usual one; the CPU wheel's local version (+cpu) sorts
   # above the plain release, so pip picks it.
   echo "setup: torch (CPU-only build) from PyTorch's CPU index $TORCH_INDEX"

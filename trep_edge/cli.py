@@ -52,9 +52,10 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
         epilog=_csv_format(),
         formatter_class=_HelpFormatter,
     )
-    p.add_argument("data", help="dataset file: a path, or a path under the data folder (e.g. UEA/BasicMotions/BasicMotions_TRAIN.ts); "
-                   "formats: .csv (see CSV format below), .ts (UEA/UCR), .txt (UCR anomaly: trains on the normal prefix), .npy, "
-                   ".tar.gz (PhysioNet 2019: one series per patient)")
+    p.add_argument("data", help="dataset file: a path, or a path under the data folder (e.g. "
+                   "UEA/BasicMotions/BasicMotions_TRAIN.ts); formats: .csv (see CSV format below), .ts (UEA/UCR), "
+                   ".txt (UCR anomaly: trains on the normal prefix), .npy, .tar.gz (PhysioNet 2019: one series per "
+                   "patient)")
     p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
     p.add_argument("--out", help="checkpoint path (default: runs/<data name>.pt)")
     p.add_argument("--config", help="TOML file with a [train] table of TrainConfig fields")
@@ -125,6 +126,9 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action="store_true", help="compare torch and onnxruntime (max |diff| <= 1e-4, identical alerts); exit 1 if not")
     p.add_argument("--graphs", help="extra graphs to embed, comma-separated from last_step, pruned_pair, step, or none "
                    "(default: every one that applies; each stores its own copy of the weights)")
+    p.add_argument("--general", action="store_true", help="a general-purpose model (input_dims 1 only): per-stream "
+                   "scaling, each channel scored on its own with shared weights, channel 'value', identity "
+                   "normalisation (the training normalisation is folded into the weights)")
 
 
 def _run_parser(sub: argparse._SubParsersAction) -> None:

@@ -107,8 +107,9 @@ def _report(verdict: Verdict, beds: int) -> None:
     print(f"sepsis labels: {len(verdict.septic)} of {beds} beds septic; found {len(verdict.found)} (an alert from "
           f"{LEAD_HOURS} h before the SepsisLabel on), missed {len(verdict.missed)}"
           + (f" ({', '.join(verdict.missed)})" if verdict.missed else ""))  # fmt: skip
+    where = ", ".join(f"{bed} x{n}" for bed, n in sorted(verdict.false_alarms.items()))
     print(f"false alarms: {alarms} alert(s) on {len(verdict.false_alarms)} bed(s) without sepsis or long before it"
-          + (f" ({', '.join(f'{b} x{n}' for b, n in sorted(verdict.false_alarms.items()))})" if alarms else ""))  # fmt: skip
+          + (f" ({where})" if alarms else ""))  # fmt: skip
 
 
 def _plot_bed(series, model: Path, out_dir: Path) -> Path:

@@ -73,8 +73,8 @@ def test_unknown_format_is_refused(tmp_path, capsys):
 def test_export_prints_only_its_summary(npy_data, tmp_path, capsys):
     ckpt = tmp_path / "toy.pt"
     assert main(["train", str(npy_data), "--out", str(ckpt), *TINY]) == 0
-    done = subprocess.run([sys.executable, "-m", "trep_edge.cli", "export", str(ckpt), "--out", str(tmp_path / "t.onnx"),
-                           "--window", "16", "--calibration-steps", "200"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    argv = ["export", str(ckpt), "--out", str(tmp_path / "t.onnx"), "--window", "16", "--calibration-steps", "200"]
+    done = subprocess.run([sys.executable, "-m", "trep_edge.cli", *argv], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # no exporter INFO lines, torchvision notices or internal deprecation warnings
     assert json.loads(done.stdout)["model"].endswith("t.onnx")
