@@ -194,7 +194,7 @@ def export(args: argparse.Namespace) -> int:
     """``trep-edge export``: ONNX + model card, calibrated on normal data, optionally parity-checked."""
     from trep_edge.runtime.model_card import Scoring
 
-    from .export import build_card, export_encoder, parity_check, quiet_exporter
+    from .export import build_card, export_encoder, make_general, parity_check, quiet_exporter
     from .trainer import Trainer
 
     trainer = Trainer.load(args.checkpoint, device="cpu")
@@ -206,6 +206,9 @@ def export(args: argparse.Namespace) -> int:
         raise ValueError(f"--window must be at least 2 steps, got {args.window}")
     scoring = Scoring(z=args.z, beta=args.beta, delay=args.delay)
     card = build_card(args.name or out.stem, encoder, trainer.meta, trainer.cfg.to_dict(), args.window, scoring, trainer.step)
+    general = getattr(args, "general", False)
+    if general:
+        make_general(encoder, card)
     series = None
     if not args.no_calibration:
         spec = dict(trainer.meta.get("data_spec") or {})
@@ -216,8 +219,8 @@ def export(args: argparse.Namespace) -> int:
         # The model's own normalisation: calibration data must reach the model exactly as the daemon's will.
         data = load_training_data(spec["data"], args.data_root, spec.get("channels"), spec.get("rows"),
                                   spec.get("max_series"), spec.get("difference", 0), spec.get("forward_fill", 0),
-                                  spec.get("exclude_alerts"), Normalisation.from_dict(trainer.meta["normalisation"]))
-        if data.channels != card.channels:
+                                  spec.get("exclude_alerts"), Normalisation.from_dict(card.normalisation))
+        if not general and data.channels != card.channels:
             raise ValueError(f"calibration data has channels {data.channels}, the model {card.channels}")
         series = [s for s in map(_trim_padding, data.x) if len(s) > 1]
     names = None if args.graphs is None else [n.strip() for n in args.graphs.split(",") if n.strip() not in ("", "none")]

@@ -289,6 +289,28 @@ def build_card(
     )
 
 
+def make_general(encoder: TRepEncoder, card: ModelCard) -> None:
+    """Turn a univariate encoder and its card into a general-purpose model (per-stream scaling, channel-independent).
+
+    The training normalisation is folded into the input projection, so the card's identity normalisation feeds the
+    encoder exactly what it was trained on; a NaN step is zeroed after the projection, so folding is exact.
+    """
+    if encoder.cfg.input_dims != 1:
+        raise ValueError(f"--general needs a univariate model (input_dims 1), this one has {encoder.cfg.input_dims} "
+                         "channels: train it on single-channel series (e.g. the general corpus, docs/training.md)")
+    mean = float(card.normalisation["mean"][0])
+    std = float(card.normalisation["std"][0])
+    with torch.no_grad():
+        weight = encoder.projection.weight
+        encoder.projection.bias -= weight[:, 0] * (mean / std)
+        weight /= std
+    card.channels = ["value"]
+    card.normalisation = {"mean": [0.0], "std": [1.0]}
+    card.scaling = "stream"
+    card.channel_mode = "independent"
+    card.weights_sha256 = weights_sha256(encoder)
+
+
 def embed_graphs(model_path: Path, encoder: TRepEncoder) -> ModelCard:
     """Add every registered extra graph to an already exported model of ``encoder``'s weights, card otherwise kept.
 

@@ -1,0 +1,109 @@
+"""The general model's corpus (training parts only, scaled, capped, deterministic) and `trep-edge export --general`."""
+import io
+import tarfile
+
+import numpy as np
+import pytest
+
+from trep_edge.cli import main
+from trep_edge.datasets.ett import load_csv
+from trep_edge.datasets.paths import data_root
+from trep_edge.runtime.engine import load_engine
+from trep_edge.training.general_corpus import CLIP, a103l_series, build_corpus, ett_series, physionet_series
+
+PATIENTS = 8
+
+
+@pytest.fixture(scope="module")
+def small_root(tmp_path_factory):
+    """A data root of real files: ETT, one UCR and one UEA set, the ICU records, and the first set B patients."""
+    real = data_root()
+    if not (real / "PhysioNet2019_sepsis" / "training_setB.tar.gz").is_file():
+        pytest.skip(f"real data not found at {real} (set TREP_EDGE_DATA)")
+    root = tmp_path_factory.mktemp("root")
+    (root / "ETT").symlink_to(real / "ETT")
+    (root / "icu_vitals").symlink_to(real / "icu_vitals")
+    for archive, name in (("UCR", "PigCVP"), ("UEA", "BasicMotions")):
+        (root / archive).mkdir()
+        (root / archive / name).symlink_to(real / archive / name)
+    (root / "PhysioNet2019_sepsis").mkdir()
+    with tarfile.open(real / "PhysioNet2019_sepsis" / "training_setB.tar.gz", "r|gz") as src, tarfile.open(
+        root / "PhysioNet2019_sepsis" / "training_setB.tar.gz", "w:gz"
+    ) as dst:
+        kept = 0
+        for member in src:
+            if member.isfile() and member.name.endswith(".psv") and kept < PATIENTS:
+                dst.addfile(member, io.BytesIO(src.extractfile(member).read()))
+                kept += 1
+            if kept == PATIENTS:
+                break
+    return root
+
+
+def test_sources_keep_only_their_training_parts(small_root):
+    etth1 = load_csv(small_root / "ETT" / "ETTh1.csv").values
+    first = next(ett_series(small_root))
+    np.testing.assert_array_equal(first, etth1[: len(etth1) // 2, 0])
+    with tarfile.open(small_root / "PhysioNet2019_sepsis" / "training_setB.tar.gz") as tar:
+        ids = [int(m.name.rsplit("/p", 1)[1][:-4]) for m in tar.getmembers()]
+    even = sum(1 for i in ids if i % 2 == 0)
+    assert 0 < even < PATIENTS  # the real first patients mix odd and even ids, so the filter is exercised
+    assert len(list(physionet_series(small_root))) == 7 * even
+    ecg = list(a103l_series(small_root))
+    assert len(ecg) == 3 and all(len(s) == 82500 // 5 for s in ecg)
+
+
+def test_corpus_is_scaled_capped_and_deterministic(small_root):
+    caps = {"ett": 3000, "ucr": 2000, "uea": 2000, "physionet": 500, "mimic": 800, "a103l": 1000}
+    corpus, counts = build_corpus(small_root, length=256, caps=caps)
+    again, _ = build_corpus(small_root, length=256, caps=caps)
+    np.testing.assert_array_equal(corpus, again)
+    assert corpus.shape == (sum(c["series"] for c in counts.values()), 256, 1)
+    for name, cap in caps.items():
+        assert 0 < counts[name]["rows"] <= cap + 256, name
+    observed = corpus[~np.isnan(corpus)]
+    assert np.abs(observed).max() <= CLIP
+    # Robust scaling puts the bulk of every source near unit scale whatever its units (ECG counts, mmHg, kW).
+    assert 0.3 < np.percentile(np.abs(observed), 75) < 3
+    with pytest.raises(ValueError, match="unknown corpus source"):
+        build_corpus(small_root, caps={"yahoo": 10})
+
+
+@pytest.fixture()
+def shifted_npy(tmp_path):
+    rng = np.random.default_rng(0)
+    x = (50 + 3 * np.sin(np.arange(400) / 7)[None, :, None] + rng.normal(size=(3, 400, 1))).astype(np.float32)
+    np.save(tmp_path / "one.npy", x)
+    np.save(tmp_path / "two.npy", np.concatenate([x, x], axis=-1))
+    return tmp_path
+
+
+TINY = ["--iterations", "3", "--depth", "2", "--hidden-dims", "8", "--repr-dims", "4", "--no-progress"]
+
+
+def test_export_general_folds_the_normalisation_and_marks_the_card(shifted_npy, capsys):
+    ckpt = shifted_npy / "one.pt"
+    assert main(["train", str(shifted_npy / "one.npy"), "--out", str(ckpt), *TINY]) == 0
+    plain, general = shifted_npy / "plain.onnx", shifted_npy / "general.onnx"
+    common = ["--window", "16", "--no-calibration", "--graphs", "none"]
+    assert main(["export", str(ckpt), "--out", str(plain), *common]) == 0
+    assert main(["export", str(ckpt), "--out", str(general), "--general", *common]) == 0
+    capsys.readouterr()
+    p, g = load_engine(plain, "cpu"), load_engine(general, "cpu")
+    assert (g.card.scaling, g.card.channel_mode, g.card.channels) == ("stream", "independent", ["value"])
+    assert g.card.normalisation == {"mean": [0.0], "std": [1.0]}
+    assert abs(p.card.normalisation["mean"][0] - 50) < 1
+    raw = np.load(shifted_npy / "one.npy")[:1, :64]
+    mask, t = np.ones(raw.shape[:2], dtype=bool), np.arange(64, dtype=np.float32)[None]
+    normed = (raw - p.card.normalisation["mean"][0]) / p.card.normalisation["std"][0]
+    # The general model on raw values = the trained model on normalised values: the folding is exact.
+    np.testing.assert_allclose(g.encode(raw, mask, t), p.encode(normed.astype(np.float32), mask, t), atol=1e-4)
+
+
+def test_export_general_refuses_a_multichannel_model(shifted_npy, capsys):
+    ckpt = shifted_npy / "two.pt"
+    assert main(["train", str(shifted_npy / "two.npy"), "--out", str(ckpt), *TINY]) == 0
+    capsys.readouterr()
+    assert main(["export", str(ckpt), "--out", str(shifted_npy / "m.onnx"), "--general", "--no-calibration"]) == 2
+    assert "input_dims 1" in capsys.readouterr().err
+    assert not (shifted_npy / "m.onnx").exists()
