@@ -46,6 +46,7 @@ from .mqtt_io import MqttLink, Telemetry, TelemetryQueue
 from .payloads import MALFORMED_KINDS, parse_payload_lenient
 from .reshard import select_streams, stream_names
 from .sharding import Shard
+from .windows import WINDOW_REJECTIONS
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ TOPIC_KIND = "unmatched_topic"
 """Malformed kind of a message whose topic matches no template (only possible with overlapping templates)."""
 INTERNAL_KIND = "internal_error"
 """Rejection kind of a message whose processing raised: a bug, counted and logged instead of stopping the daemon."""
+STATUS_COUNTS_INTERVAL = 10.0
+"""Seconds between retained status updates carrying the counters (the status topic is also refreshed on connect)."""
 OTHER_SHARD_METRIC = "trep_edge_messages_other_shard_total"
 
 
@@ -103,6 +106,7 @@ def score_message(s: ScoredReading) -> dict[str, Any]:
         "timestamp": finite_or_none(s.timestamp),
         "raw": finite_or_none(s.raw),
         "score": finite_or_none(s.score),
+        "surprise": finite_or_none(s.surprise),
         "threshold": finite_or_none(s.threshold),
         "channel": s.channel or None,
         "warming": s.warming,
@@ -213,6 +217,12 @@ class Daemon:
         self.metrics.declare("trep_edge_shard_info", "gauge", "this daemon's shard i/N ([monitor] shard)")
         self.metrics.set("trep_edge_shard_info", 1.0, shard=str(self.shard.index), shards=str(self.shard.count))
         declare_archive_metrics(self.metrics)
+        # Every kind exported at 0 from the start: an alert rule on rate() sees the first bad message.
+        self.metrics.zero("trep_edge_malformed_total", "kind", (*MALFORMED_KINDS, TOPIC_KIND, INTERNAL_KIND))
+        self.metrics.zero("trep_edge_rejected_total", "kind",
+                          tuple(k for k in WINDOW_REJECTIONS if k not in MALFORMED_KINDS))  # fmt: skip
+        self.metrics.zero("trep_edge_model_reloads_total", "result", ("ok", "refused"))
+        self.metrics.zero("trep_edge_alerts_total", "state", ("raised", "updated", "cleared"))
         self.engine = self._load_engine(config)
         self.archive = ArchiveRecorder(config.archive, self.metrics) if config.archive.enabled else None
         self.monitor = self._restore_or_new(config)
@@ -220,7 +230,8 @@ class Daemon:
         self._model_seen = self._model_stamp(config.model.path)
         self.queue = TelemetryQueue(config.mqtt.queue_size)
         self.started_at = time.time()
-        self.link = MqttLink(config.mqtt, self.queue, self.status_topic, self._status(), on_drop=self._on_drop)
+        self.link = MqttLink(config.mqtt, self.queue, self.status_topic, self._status(), on_drop=self._on_drop,
+                            on_refused=self._on_refused)
         self.http: StatusServer | None = None
         if config.http.port:
             try:
@@ -233,6 +244,10 @@ class Daemon:
         self._bad = BadInput(config.input.log_interval, config.input.dead_letter_interval)
         self._arrivals: dict[tuple[str, float], float] = {}
         self._internal_errors = 0
+        self._allowance, self._taken, self._backlog = config.monitor.tick_max_messages, 0, 0
+        self._cost: float | None = None  # seconds of intake + scoring per message, smoothed over ticks
+        self._tick_started = time.monotonic()
+        self._last_status = time.monotonic()
         self._last_loop = time.monotonic()
         self._last_checkpoint = time.monotonic()
         self._publish_model_metrics()
@@ -291,7 +306,6 @@ class Daemon:
             "client_id": self.config.mqtt.client_id,
             "model": e.card.name,
             "model_sha256": e.sha256,
-            "model_path": str(e.path),
             "providers": e.providers,
             "provider_fallback": e.fallback,
             "engine": e.selected,
@@ -332,7 +346,11 @@ class Daemon:
     def _health(self) -> tuple[bool, str]:
         limit = max(5.0, 3 * self.config.monitor.tick_interval)
         quiet = time.monotonic() - self._last_loop
-        return quiet < limit, f"the scoring loop has not turned for {quiet:.1f} s"
+        if quiet >= limit:
+            return False, f"the scoring loop has not turned for {quiet:.1f} s"
+        if self._backlog:  # alive and turning: a restart would only lose the queue
+            return True, f"degraded (backlog): {self._backlog} message(s) wait for later ticks"
+        return True, ""
 
     def _ready(self) -> tuple[bool, str]:
         if not self.link.connected:
@@ -353,12 +371,18 @@ class Daemon:
         next_watch = time.monotonic() + self.config.model.watch_interval
         try:
             while not self._stop.is_set():
-                self.queue.wait(min(0.1, max(0.0, next_tick - time.monotonic())))
-                self._ingest(self.queue.drain())
+                room = self._allowance - self._taken
+                if room > 0:
+                    self.queue.wait(min(0.1, max(0.0, next_tick - time.monotonic())))
+                    items = self.queue.drain(room)
+                    self._taken += len(items)
+                    self._ingest(items)
+                else:  # this tick's budget is spent: the rest waits in the queue
+                    self._stop.wait(min(0.1, max(0.0, next_tick - time.monotonic())))
                 now = time.monotonic()
                 self._last_loop = now
                 if now >= next_tick:
-                    self._safe_tick()
+                    self._budgeted_tick()
                     self._update_gauges()  # once per tick: it walks every stream
                     next_tick = max(next_tick + self.config.monitor.tick_interval, time.monotonic())
                 if self._reload.is_set():
@@ -389,6 +413,22 @@ class Daemon:
                 self.http.close()
             log.info("stopped")
 
+    def _budgeted_tick(self) -> None:
+        """Score, then size the next tick's intake so that intake plus scoring stay within the budget."""
+        cfg = self.config.monitor
+        taken, self._taken = self._taken, 0
+        self._safe_tick()
+        spent = time.monotonic() - self._tick_started
+        self._tick_started = time.monotonic()
+        if taken:
+            # Seconds per message, smoothed: one slow tick (a reload, a checkpoint) must not starve the next ones.
+            cost = spent / taken
+            self._cost = cost if self._cost is None else 0.7 * self._cost + 0.3 * cost
+        fit = cfg.tick_max_messages if self._cost is None else int(cfg.tick_budget_ms / 1000 / max(self._cost, 1e-7))
+        self._allowance = max(1, min(cfg.tick_max_messages, fit))
+        self._backlog = len(self.queue) if taken >= self._allowance or len(self.queue) > self._allowance else 0
+        self.metrics.set("trep_edge_tick_backlog", self._backlog)
+
     # -- intake --------------------------------------------------------------------------------------------------
     def _on_drop(self, item: Telemetry) -> None:
         self.metrics.inc("trep_edge_dropped_total")
@@ -396,6 +436,9 @@ class Daemon:
         if report:
             log.warning("intake queue full: dropped %d message(s) (oldest of their stream), last from %s",
                         report, item.topic)  # fmt: skip
+
+    def _on_refused(self, topic: str, reason: str) -> None:
+        self.metrics.inc("trep_edge_publish_refused_total")
 
     def _ingest(self, items: list[Telemetry]) -> None:
         if not items:
@@ -505,6 +548,20 @@ class Daemon:
         self.metrics.replace("trep_edge_monitor_events_total",
                              {(("event", k),): float(v) for k, v in self.monitor.counters.items()})  # fmt: skip
         self.metrics.set("trep_edge_checkpoint_age_seconds", time.monotonic() - self._last_checkpoint)
+        if time.monotonic() - self._last_status >= STATUS_COUNTS_INTERVAL:
+            self._last_status = time.monotonic()
+            self.link.publish_status({"counters": self._counters()})
+
+    def _counters(self) -> dict[str, Any]:
+        """The counters an integrator limited to MQTT sees on the status topic (the same as /metrics)."""
+        names = ("messages", "readings", "scored", "dropped", "malformed", "rejected", "alerts", "publish_refused",
+                 "tick_errors", "checkpoints", "model_reloads")  # fmt: skip
+        counts: dict[str, Any] = {n: self.metrics.counts(f"trep_edge_{n}_total") for n in names}
+        counts["queue_depth"] = len(self.queue)
+        counts["tick_backlog"] = self._backlog
+        counts["streams"] = self.metrics.counts("trep_edge_streams")
+        counts["monitor_events"] = self.monitor.counters
+        return counts
 
     # -- state ---------------------------------------------------------------------------------------------------
     def checkpoint(self) -> None:

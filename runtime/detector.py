@@ -10,17 +10,20 @@ own history, on a scale that means the same for every stream and every model:
    last-step-masked window (how unexpected the reading is in its context), and ``novelty``, the distance from the
    window's representation to the nearest of a bounded memory of the stream's earlier representations
    (``RepresentationMemory``: how new the recent pattern is — a flat stretch where a cycle should be, a changed
-   period, a new level). Both are ≥ 0 and heavy-tailed, so they are judged in log space.
+   period, a new level). Both are ≥ 0 and heavy-tailed, so they are judged in log space. ``deviation`` is the
+   reading's distance from the rest of its window in robust scales (``window_deviation``), the plain-value view
+   that catches the faults an imperfect model smooths over.
 2. **Surprise** (``SignalStats``): each signal's long-run mean and variance per stream (expanding, then exponential
    with memory ``horizon``), and the tail probability of the reading's value — and of the mean of the last
    ``short`` values, for anomalies that last — under a Gaussian of that history. A signal's surprise is
    ``−log10`` of that probability; the reading's score is the largest surprise less ``log10`` of the number of
    tests (a Bonferroni correction, so more signals or channels do not mean more false alarms).
 3. **Alert** (``AlertGate``), the product's one alert decision: score ≥ ``threshold`` for ``debounce`` readings in a
-   row once the stream has ``min_count`` scored readings, and not within ``refractory`` readings of its previous
-   alert. The daemon's alert episodes (``alerts.AlertTracker``) open on these alerts and no other way. While a stream alerts, its signal statistics and memory do not
-   learn (an anomaly must not become the baseline that hides the next one), for at most ``protect`` readings in a
-   row — after that a lasting change is the new normal and is learned.
+   row once the stream has ``min_count`` scored readings, once per such run, and not within ``refractory``
+   readings of its previous alert. The daemon's alert episodes (``alerts.AlertTracker``) open on these alerts and
+   no other way. While a stream alerts, its signal statistics and memory do not learn (an anomaly must not become
+   the baseline that hides the next one), for at most ``protect`` readings in a row — after that a lasting change
+   is the new normal and is learned.
 
 A stream may be one model window (``channel_mode = fixed``) or several univariate channels scored by one shared
 model (``independent``): every channel then has its own signals and statistics (a *lane*), and the stream's score
@@ -38,13 +41,25 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .preprocess import robust_location_scale
 from .scoring import StreamState
 
-SIGNALS = ("distance", "novelty")
-"""The per-reading signals the detector can judge, in the order of ``SignalStats`` columns."""
+SIGNALS = ("distance", "novelty", "deviation")
+"""The per-reading signals the detector can judge, in the order of ``SignalStats`` columns: ``distance`` and
+``novelty`` from the model's representations, ``deviation`` from the window it saw (``window_deviation``)."""
 
-LOG_FLOOR = 1e-6
-"""Added before the log of a signal: a distance of exactly 0 (a constant window) stays finite."""
+LOG_FLOOR = {"distance": 1e-6, "novelty": 1e-2}
+"""Signals judged in log space (≥ 0 and heavy-tailed), and what is added before the log so that 0 stays finite;
+``deviation`` (already in robust units) is judged as it is."""
+
+
+def transform_signals(values: np.ndarray, signals: tuple[str, ...]) -> np.ndarray:
+    """Map raw signal values ``[m, K]`` (columns in ``signals`` order) to the space their statistics live in."""
+    out = np.asarray(values, dtype=np.float64).copy()
+    for k, name in enumerate(signals):
+        if name in LOG_FLOOR:
+            out[:, k] = np.log(out[:, k] + LOG_FLOOR[name])
+    return out
 
 
 @dataclass(frozen=True)
@@ -75,11 +90,11 @@ class DetectorConfig:
     memory: int = 128
     stride: int = 4
     exclusion: int = 32
-    horizon: int = 2000
+    horizon: int = 500
     short: int = 5
     min_count: int = 100
-    threshold: float = 5.0
-    refractory: int = 100
+    threshold: float = 3.5
+    refractory: int = 200
     debounce: int = 1
     protect: int = 200
     scale_warmup: int = 100
@@ -132,6 +147,22 @@ class DetectorConfig:
             else:
                 changes[key] = float(value) if key == "threshold" else int(value)
         return replace(self, **changes)
+
+
+def window_deviation(windows: np.ndarray) -> np.ndarray:
+    """How far each window's last step lies from the rest of its window ``[n, W, C]``, in robust scales (``[n]``).
+
+    The largest channel's ``|x_last − median| / scale`` (``preprocess.robust_location_scale`` of the earlier steps);
+    NaN for a window without a last value. Invariant to the stream's scaling, so it is the same before and after
+    ``preprocess.scale_windows``.
+    """
+    n, w, c = windows.shape
+    earlier = np.asarray(windows[:, :-1], dtype=np.float64).transpose(0, 2, 1).reshape(n * c, w - 1)
+    loc, scale = robust_location_scale(earlier)
+    last = np.asarray(windows[:, -1], dtype=np.float64).reshape(n * c)
+    dev = (np.abs(last - loc) / scale).reshape(n, c)
+    seen = np.isfinite(dev)
+    return np.where(seen.any(axis=1), np.where(seen, dev, -np.inf).max(axis=1), np.nan)
 
 
 def upper_tail_surprise(z: np.ndarray) -> np.ndarray:
@@ -348,9 +379,15 @@ class AlertGate(StreamState):
 
 @dataclass(frozen=True)
 class DetectorStep:
-    """One reading per selected stream: score (NaN = none), alert, warming, and the lane that gave the score."""
+    """One reading per selected stream: score (NaN = none), alert, warming, and the lane that gave the score.
+
+    ``surprise`` is the corrected surprise of every scored reading; ``score`` equals it on the readings that alert
+    and is held just below the threshold on the others (the refractory period, the rest of an alerted run), so a
+    threshold applied to ``score`` never counts a reading the detector decided not to alert on. NaN while warming.
+    """
 
     score: np.ndarray  # [n]
+    surprise: np.ndarray  # [n]
     alert: np.ndarray  # [n] bool
     warming: np.ndarray  # [n] bool
     lane: np.ndarray  # [n] the lane row (channel) with the largest surprise, -1 when none
@@ -398,13 +435,19 @@ class Detector:
             part.reset_streams(lanes)
 
     def step(
-        self, stream_idx: np.ndarray, lanes: np.ndarray, lane_of: np.ndarray, distance: np.ndarray, z: np.ndarray
+        self,
+        stream_idx: np.ndarray,
+        lanes: np.ndarray,
+        lane_of: np.ndarray,
+        distance: np.ndarray,
+        z: np.ndarray,
+        deviation: np.ndarray | None = None,
     ) -> DetectorStep:
         """Score, decide and learn one reading per selected stream.
 
         ``lanes [m]`` are the lane rows with a value this reading, ``lane_of [m]`` the position in ``stream_idx`` of
-        each one's stream, ``distance [m]`` their paper distances (NaN = unscorable) and ``z [m, F]`` their unmasked
-        last-step representations.
+        each one's stream, ``distance [m]`` their paper distances (NaN = unscorable), ``z [m, F]`` their unmasked
+        last-step representations and ``deviation [m]`` their ``window_deviation`` (None: not available).
         """
         idx = self.gate._rows(stream_idx)
         lanes = np.asarray(lanes, dtype=np.int64)
@@ -417,9 +460,12 @@ class Detector:
         for name in self.config.signals:
             if name == "distance":
                 columns.append(distance)
-            else:
+            elif name == "novelty":
                 columns.append(np.where(valid, self.memory.novelty(lanes, z), np.nan))
-        signals = np.log(np.stack(columns, axis=1) + LOG_FLOOR)  # [m, K]
+            else:
+                dev = np.full(m, np.nan) if deviation is None else np.asarray(deviation, dtype=np.float64).reshape(m)
+                columns.append(np.where(valid, dev, np.nan))
+        signals = transform_signals(np.stack(columns, axis=1), self.config.signals)  # [m, K]
         surprise = self.stats.surprise(lanes, signals)
         lane_score = np.where(np.isfinite(surprise).any(axis=1), np.nanmax(np.where(np.isnan(surprise), -np.inf,
                                                                                     surprise), axis=1), np.nan)
@@ -436,7 +482,8 @@ class Detector:
         baseline = learn[lane_of] & valid
         self.stats.learn(lanes[valid], signals[valid], baseline[valid])
         self.memory.remember(lanes[baseline], z[baseline])
-        return DetectorStep(score, alert, warming, winner, lane_score, signals)
+        held = np.where(alert, score, np.fmin(score, np.nextafter(self.config.threshold, -np.inf)))
+        return DetectorStep(np.where(warming, np.nan, held), score, alert, warming, winner, lane_score, signals)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Every part's state as one flat dict of arrays (``memory/``, ``stats/``, ``gate/`` prefixes)."""

@@ -46,7 +46,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .alerts import AlertConfig, AlertEvent, AlertTracker
-from .detector import Detector, DetectorConfig
+from .detector import Detector, DetectorConfig, window_deviation
 from .engine import Engine
 from .payloads import Reading
 from .preprocess import StreamScaler, scale_windows
@@ -69,7 +69,8 @@ class ScoredReading:
     step: int
     timestamp: float
     raw: float  # the paper's masked-vs-unmasked distance, summed over the stream's lanes
-    score: float  # the detector's surprise (−log10 tail probability, corrected for the tests made)
+    score: float  # the detector's score: its surprise, held below the threshold on readings it does not alert on
+    surprise: float  # the detector's surprise (−log10 tail probability, corrected for the tests made)
     threshold: float
     warming: bool
     alert: bool  # the detector's decision
@@ -225,6 +226,7 @@ class Monitor:
         self._counters["ticks"] += 1
         rounds = lane_rounds(self._lane_stream[batch.stream_idx], batch.step)
         raw = np.full(len(batch), np.nan)
+        deviation = np.full(len(batch), np.nan)  # needs windows: the step engine's rounds have none
         z = np.zeros((len(batch), self.engine.card.repr_dims), dtype=np.float32)
         rows_sent = 0
         started = time.perf_counter()
@@ -238,6 +240,7 @@ class Monitor:
             windows = self._scaled_windows(batch, rounds, complete)
             z_unmasked, z_masked = self.engine.last_step_pair(windows, batch.starts)
             raw[complete], z[complete] = raw_score(z_unmasked, z_masked), z_unmasked
+            deviation[complete] = window_deviation(windows)
             rows_sent = 2 * len(complete)
             self._counters["engine_calls"] += 1
         seconds += time.perf_counter() - started
@@ -246,7 +249,7 @@ class Monitor:
         alerts: list[AlertOut] = []
         # One round = at most one step per stream; a stream's later steps need the state its earlier ones left.
         for rows in rounds:
-            self._step_round(batch, rows, raw[rows], z[rows], scored, alerts)
+            self._step_round(batch, rows, raw[rows], z[rows], deviation[rows], scored, alerts)
         return TickResult(scored, alerts, rows_sent, seconds)
 
     def _scaled_windows(self, batch: StepBatch, rounds: list[np.ndarray], complete: np.ndarray) -> np.ndarray:
@@ -293,6 +296,7 @@ class Monitor:
         rows: np.ndarray,
         raw: np.ndarray,
         z: np.ndarray,
+        deviation: np.ndarray,
         scored: list[ScoredReading],
         alerts: list[AlertOut],
     ) -> None:
@@ -301,11 +305,12 @@ class Monitor:
         reset = batch.reset[rows]
         if reset.any():
             self._detector.reset(np.unique(streams[lane_of[reset]]), lanes[reset])
-        out = self._detector.step(streams, lanes, lane_of, raw, z)
+        out = self._detector.step(streams, lanes, lane_of, raw, z, deviation)
         self._counters["scored"] += int(np.isfinite(out.score).sum())
         self._counters["detections"] += int(out.alert.sum())
         threshold = self.detector_config.threshold
-        events = self._tracker.step(streams, np.where(out.warming, np.nan, out.score), threshold, out.alert)
+        # Episodes follow the surprise (severity, clear), and open on the detector's alerts only.
+        events = self._tracker.step(streams, np.where(out.warming, np.nan, out.surprise), threshold, out.alert)
 
         is_reading = np.zeros(len(streams), dtype=bool)
         np.logical_or.at(is_reading, lane_of, batch.reading[rows])
@@ -324,7 +329,8 @@ class Monitor:
             timestamps = batch.timestamp[rows[lane_of == j]]
             scored.append(ScoredReading(
                 stream=self._names[int(streams[j])], step=step, timestamp=float(np.nanmin(timestamps)),
-                raw=float(stream_raw[j]), score=float(out.score[j]), threshold=threshold,
+                raw=float(stream_raw[j]), score=float(out.score[j]), surprise=float(out.surprise[j]),
+                threshold=threshold,
                 warming=bool(out.warming[j]), alert=bool(out.alert[j]), channel=self._channel(int(out.lane[j])),
                 values=values[j] if values is not None else self._values(batch.raw[row]),
                 window_start=(step - w + 1) * period, window_end=step * period,

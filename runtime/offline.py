@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .detector import Detector, DetectorConfig
+from .detector import Detector, DetectorConfig, window_deviation
 from .engine import Engine
 from .preprocess import Normalisation, StreamScaler, difference, forward_fill, scale_windows
 from .scoring import raw_score
@@ -80,6 +80,7 @@ class RecordingFeatures:
 
     distance: np.ndarray  # [T, L] float64, NaN = no score (a missing channel, or before the scale is known)
     z: np.ndarray  # [T, L, F] float32, the unmasked last-step representation
+    deviation: np.ndarray  # [T, L] float64, detector.window_deviation of each step's window
 
     @property
     def raw(self) -> np.ndarray:
@@ -88,13 +89,13 @@ class RecordingFeatures:
 
     def save(self, path: str | Path) -> None:
         """Write as a compressed ``.npz`` (a benchmark cache)."""
-        np.savez_compressed(path, distance=self.distance, z=self.z)
+        np.savez_compressed(path, distance=self.distance, z=self.z, deviation=self.deviation)
 
     @classmethod
     def load(cls, path: str | Path) -> RecordingFeatures:
         """Read ``save`` output."""
         with np.load(path) as data:
-            return cls(data["distance"], data["z"])
+            return cls(data["distance"], data["z"], data["deviation"])
 
 
 def encode_recording(
@@ -110,6 +111,7 @@ def encode_lanes(
     """``encode_recording`` from prepared lane inputs (``recording_lanes`` output, or prepared training data)."""
     t, w = (len(lanes[0]) if lanes else 0), engine.card.window
     distance = np.full((t, len(lanes)), np.nan)
+    deviation = np.full((t, len(lanes)), np.nan)
     z = np.zeros((t, len(lanes), engine.card.repr_dims), dtype=np.float32)
     for k, prepared in enumerate(lanes):
         windows = sliding_windows(prepared, w)
@@ -123,7 +125,9 @@ def encode_lanes(
         distance[:, k] = raw_score(zu, zm)
         distance[np.isnan(prepared).any(axis=1), k] = np.nan
         z[:, k] = zu
-    return RecordingFeatures(distance, z)
+        for lo in range(0, t, batch):
+            deviation[lo : lo + batch, k] = window_deviation(windows[lo : lo + batch])
+    return RecordingFeatures(distance, z, deviation)
 
 
 @dataclass
@@ -131,6 +135,7 @@ class Detection:
     """The detector over a recording: per step score (NaN = none), alert, warming and the lane behind the score."""
 
     raw: np.ndarray  # the paper's masked-vs-unmasked distance, summed over lanes
+    surprise: np.ndarray  # the detector's corrected surprise (detector.DetectorStep)
     score: np.ndarray
     alerts: np.ndarray
     warming: np.ndarray
@@ -154,12 +159,13 @@ def _run_detector(engine: Engine, features: RecordingFeatures, config: DetectorC
     detector = Detector(config, engine.card.repr_dims, engine.card.detector_prior)
     detector.add(1, lanes)
     one, rows, lane_of = np.zeros(1, dtype=np.int64), np.arange(lanes), np.zeros(lanes, dtype=np.int64)
-    out = Detection(features.raw, np.full(t, np.nan), np.zeros(t, dtype=bool), np.ones(t, dtype=bool), np.full(t, -1))
+    out = Detection(features.raw, np.full(t, np.nan), np.full(t, np.nan), np.zeros(t, dtype=bool),
+                    np.ones(t, dtype=bool), np.full(t, -1))  # fmt: skip
     signals = np.full((t, lanes, len(config.signals)), np.nan)
     for i in range(t):
-        step = detector.step(one, rows, lane_of, features.distance[i], features.z[i])
-        out.score[i], out.alerts[i], out.warming[i], out.lane[i] = step.score[0], step.alert[0], step.warming[0], \
-            step.lane[0]  # fmt: skip
+        step = detector.step(one, rows, lane_of, features.distance[i], features.z[i], features.deviation[i])
+        out.surprise[i], out.score[i], out.alerts[i] = step.surprise[0], step.score[0], step.alert[0]
+        out.warming[i], out.lane[i] = step.warming[0], step.lane[0]
         signals[i] = step.signals
     return out, signals
 

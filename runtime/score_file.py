@@ -29,7 +29,8 @@ class FileScores:
     channels: list[str]
     values: np.ndarray  # [T, C] in the model's channel order (every channel of the file for an independent model)
     raw: np.ndarray  # the paper's masked-vs-unmasked distance, summed over lanes
-    score: np.ndarray  # the detector's surprise
+    score: np.ndarray  # the detector's score (above the threshold exactly where it alerts)
+    surprise: np.ndarray  # the detector's surprise
     threshold: float
     alerts: np.ndarray  # the detector's decisions
     warming: np.ndarray
@@ -63,17 +64,19 @@ def score_recording(
     one = np.zeros(1, dtype=np.int64)
     events = []
     for t in range(len(values)):
-        score = np.nan if detection.warming[t] else detection.score[t]
+        score = np.nan if detection.warming[t] else detection.surprise[t]
         for e in tracker.step(one, np.array([score]), np.array([detector.threshold]), detection.alerts[t : t + 1]):
             events.append((t, e.state, e.severity, e.alert_id(series.stream)))
     independent = engine.card.channel_mode == "independent"
     lane_channel = [channels[k] if independent and k >= 0 else "" for k in detection.lane.tolist()]
-    return FileScores(series.stream, channels, values, detection.raw, detection.score, detector.threshold,
+    return FileScores(series.stream, channels, values, detection.raw, detection.score, detection.surprise,
+                      detector.threshold,
                       detection.alerts, detection.warming, lane_channel, events, series.labels)  # fmt: skip
 
 
 def write_csv(result: FileScores, path: str | Path) -> None:
-    """One row per step: step, channel values, raw, score, threshold, alert, warming, channel, event, label."""
+    """One row per step: step, channel values, raw, score, surprise, threshold, alert, warming, channel, event,
+    label."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     events = {step: (state, severity, alert_id) for step, state, severity, alert_id in result.events}
@@ -83,13 +86,13 @@ def write_csv(result: FileScores, path: str | Path) -> None:
 
     with open(path, "w", newline="") as fh:
         out = csv.writer(fh)
-        out.writerow(["step", *result.channels, "raw", "score", "threshold", "alert", "warming", "channel", "event",
-                      "severity", "alert_id", "label"])  # fmt: skip
+        out.writerow(["step", *result.channels, "raw", "score", "surprise", "threshold", "alert", "warming", "channel",
+                      "event", "severity", "alert_id", "label"])  # fmt: skip
         for t in range(len(result.raw)):
             state, severity, alert_id = events.get(t, ("", "", ""))
             label = "" if result.labels is None else int(result.labels[t])
             out.writerow([t, *(num(v) for v in result.values[t]), num(result.raw[t]), num(result.score[t]),
-                          num(result.threshold), int(result.alerts[t]), int(result.warming[t]), result.channel[t],
+                          num(result.surprise[t]), num(result.threshold), int(result.alerts[t]), int(result.warming[t]), result.channel[t],
                           state, severity, alert_id, label])  # fmt: skip
 
 

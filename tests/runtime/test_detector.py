@@ -177,7 +177,8 @@ def test_score_is_the_best_lane_surprise_less_log10_of_lanes_times_signals_and_n
 
 
 def test_both_signals_count_as_tests_and_streams_are_scored_separately():
-    config = DetectorConfig(memory=8, stride=1, exclusion=1, short=1, min_count=1, prior_weight=0)
+    config = DetectorConfig(signals=("distance", "novelty"), memory=8, stride=1, exclusion=1, short=1, min_count=1,
+                            prior_weight=0)  # fmt: skip
     detector = Detector(config, dims=2)
     detector.add(streams=2, lanes=3)  # stream 0: lanes 0 and 1; stream 1: lane 2
     streams, lanes, lane_of = rows(0, 1), rows(0, 1, 2), rows(0, 0, 1)

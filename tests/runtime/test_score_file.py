@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import subprocess
 import sys
 
@@ -12,6 +13,10 @@ from trep_edge.runtime.detector import DetectorConfig
 from trep_edge.runtime.offline import detect_recording
 from trep_edge.runtime.replay import RecordedSeries
 from trep_edge.runtime.score_file import score_recording, write_csv, write_plot
+
+
+STRICT = DetectorConfig(threshold=5.0, signals=("distance", "novelty"), horizon=2000)  # the tiny model alerts on its own
+# noise (and on the periodic beats of this series) with the default settings
 
 
 def _spiked(ucr_series, at=(1500, 1503)) -> RecordedSeries:
@@ -25,12 +30,15 @@ def _spiked(ucr_series, at=(1500, 1503)) -> RecordedSeries:
 
 def test_scores_are_the_offline_protocol_and_episodes_follow_them(univariate_engine, ucr_series):
     series = _spiked(ucr_series)
-    result = score_recording(univariate_engine, series)
-    expected = detect_recording(univariate_engine, series.values)
+    result = score_recording(univariate_engine, series, detector=STRICT)
+    expected = detect_recording(univariate_engine, series.values, STRICT)
     np.testing.assert_array_equal(result.raw, expected.raw)
     np.testing.assert_array_equal(result.score, expected.score)
+    np.testing.assert_array_equal(result.surprise, expected.surprise)
     np.testing.assert_array_equal(result.alerts, expected.alerts)
-    assert result.threshold == DetectorConfig().threshold and result.channel == [""] * len(series.values)
+    assert result.threshold == STRICT.threshold and result.channel == [""] * len(series.values)
+    # The score passes the threshold exactly where the detector alerts; the surprise is the continuous view.
+    np.testing.assert_array_equal(np.nan_to_num(result.score, nan=0) >= STRICT.threshold, result.alerts)
     assert not result.warming.any()  # the card's prior stands for the whole default warm-up
     raised = [e for e in result.events if e[1] == "raised"]
     assert raised and raised[0][0] in range(1500, 1503) and raised[0][3] == "spiked-1"
@@ -39,9 +47,9 @@ def test_scores_are_the_offline_protocol_and_episodes_follow_them(univariate_eng
 
 def test_debounce_changes_the_alerts_and_episodes_not_the_scores(univariate_engine, ucr_series):
     series = _spiked(ucr_series, at=(1500, 1501))  # one point: cannot persist for 2 readings
-    plain = score_recording(univariate_engine, series)
-    debounced = score_recording(univariate_engine, series, detector=DetectorConfig(debounce=2))
-    np.testing.assert_array_equal(plain.score, debounced.score)
+    plain = score_recording(univariate_engine, series, detector=STRICT)
+    debounced = score_recording(univariate_engine, series, detector=dataclasses.replace(STRICT, debounce=2))
+    np.testing.assert_array_equal(plain.surprise, debounced.surprise)
     assert plain.events and not debounced.events
     assert plain.alerts[1500] and not debounced.alerts[1500]
 
@@ -52,10 +60,11 @@ def test_csv_has_one_row_per_step_with_scores_events_and_labels(tmp_path, univar
     write_csv(result, tmp_path / "out.csv")
     with open(tmp_path / "out.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0]) == ["step", "value", "raw", "score", "threshold", "alert", "warming", "channel", "event",
-                             "severity", "alert_id", "label"]  # fmt: skip
+    assert list(rows[0]) == ["step", "value", "raw", "score", "surprise", "threshold", "alert", "warming", "channel",
+                             "event", "severity", "alert_id", "label"]  # fmt: skip
     assert len(rows) == 2500
-    assert [r["score"] for r in rows[:2]] == ["", ""] and float(rows[100]["score"]) == result.score[100]
+    assert [r["surprise"] for r in rows[:2]] == ["", ""] and float(rows[300]["score"]) == result.score[300]
+    assert rows[50]["score"] == "" and float(rows[50]["surprise"]) == result.surprise[50]  # no score while warming
     assert (rows[0]["warming"], rows[200]["warming"], rows[0]["channel"]) == ("1", "0", "")
     assert [int(r["step"]) for r in rows if r["event"]] == [e[0] for e in result.events]
     assert [int(r["step"]) for r in rows if r["label"] == "1"] == [1500, 1501, 1502]
