@@ -276,11 +276,22 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
         "(Yahoo S5, --yahoo-root), classification (UEA, TimeDim SVM), forecasting (ETT, ridge), sepsis (PhysioNet "
         "2019 set B), sepsis-stream (the daemon's streaming score on set B vitals, sepsis hours as anomalies, "
         "point-adjusted F1; --patients for pretraining), missing (accuracy vs removed timesteps), heatmap (latent heatmap PNG of DodgerLoopGame), report "
-        "(markdown tables of --results beside the paper's numbers).",
+        "(markdown tables of --results beside the paper's numbers), detect (the streaming-detection benchmark: this "
+        "product's detector beside rolling z-score, HalfSpaceTrees, a matrix-profile discord score and the paper's "
+        "protocol on synthetic faults in real signals, the UCR anomaly series and PhysioNet sepsis onsets; "
+        "docs/detection.md).",
         formatter_class=_HelpFormatter,
     )
     p.add_argument("task", choices=["anomaly", "yahoo", "classification", "forecasting", "sepsis", "sepsis-stream",
-                                     "missing", "heatmap", "report"])
+                                     "missing", "heatmap", "report", "detect"])
+    d = p.add_argument_group("detect")
+    d.add_argument("--quick", action="store_true", help="detect: the fixed quick subset (under 10 minutes on 2 cores)")
+    d.add_argument("--model", default="models/general.onnx", help="detect: T-Rep model for the non-ICU streams")
+    d.add_argument("--icu-model", default="models/icu-vitals.onnx", help="detect: T-Rep model for the sepsis streams")
+    d.add_argument("--ablations", nargs="*", help="detect: detector variants NAME:key=value;key=value (DetectorConfig)")
+    d.add_argument("--peers", help="detect: comma-separated peers (default rolling_z,hst,stumpi,paper; '' = none)")
+    d.add_argument("--table", default="bench/results/detection.md", help="detect: results as Markdown tables")
+    d.add_argument("--cache", default="~/.cache/trep-edge/detect", help="detect: cache of the model's features")
     p.add_argument("--datasets", help="comma-separated: UEA names, ETT sets, UCR anomaly file names, or the missing-data "
                    "set (default: all present, cheapest first)")
     p.add_argument("--results", default="bench/results/paper_eval.json", help="results JSON, written row by row")
@@ -307,7 +318,8 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cv-metric", choices=["accuracy", "f1"], default="accuracy", help="sepsis: what the SVM's C is "
                    "chosen on (rows of f1 are recorded under setB+cv-f1)")
     p.add_argument("--fractions", help="missing: comma-separated fractions of timesteps removed (default 0,0.1,...,0.9)")
-    p.add_argument("--out", help="missing: PNG of the accuracy curve; heatmap: PNG path (default docs/latent_heatmap_DodgerLoopGame.png)")
+    p.add_argument("--out", help="missing: PNG of the accuracy curve; heatmap: PNG path (default docs/latent_heatmap_DodgerLoopGame.png); "
+                   "detect: results JSON (default bench/results/detection.json)")
 
 
 def _demo_parser(sub: argparse._SubParsersAction) -> None:

@@ -46,6 +46,12 @@ def settings_from_args(args: argparse.Namespace) -> runner.RunSettings:
 def evaluate(args: argparse.Namespace) -> int:
     """Run the chosen task; print the rows it wrote (or found) as JSON."""
     store = ResultsFile(args.results)
+    if args.task == "detect":
+        from .detection import run
+
+        args.command = "trep-edge " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        run(args)
+        return 0
     if args.task == "report":
         from .report import report
 

@@ -1,0 +1,151 @@
+"""The detection benchmark's corpus, built deterministically from the data folder (nothing is copied anywhere).
+
+- ``synthetic``: faults injected into real normal signals — ETT channels (the second half of each file: the first
+  half is the general model's training data) and MIMIC-II numerics (second half) — of eleven kinds (spike, dip,
+  level shift, flatline, variance change, slow drift, frequency change, dropout to zero, contextual: a stretch of
+  the signal from elsewhere, distorted cycle, none) at three sizes in robust scales of the stream (2, 3, 5), one
+  labelled event per stream; every fifth stream has three channels with the fault in one.
+- ``ucr``: the three UCR anomaly archive series (train part, then one labelled segment in the test part).
+- ``sepsis``: PhysioNet 2019 set B patients with odd ids (never model training data), seven vitals, hourly; the
+  event is the first hour labelled septic; most patients have none.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from trep_edge.datasets.ett import load_csv
+from trep_edge.datasets.paths import data_root
+from trep_edge.datasets.physionet import VITALS, iter_patients
+from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
+
+KINDS = ("spike", "dip", "level", "flat", "variance", "drift", "frequency", "dropout", "context", "cycle", "none")
+SIZES = (2.0, 3.0, 5.0)
+UCR = ("001_UCR_Anomaly_DISTORTED1sddb40_35000_52000_52620.txt", "002_UCR_Anomaly_DISTORTED2sddb40_35000_56600_56900.txt",
+       "135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt")  # fmt: skip
+
+
+@dataclass
+class Stream:
+    """One benchmark stream: values ``[T, C]``, events ``[(onset, last row)]`` and where its test part starts."""
+
+    name: str
+    category: str
+    channels: list[str]
+    values: np.ndarray
+    events: list[tuple[int, int]]
+    test_start: int = 0
+    meta: dict = field(default_factory=dict)
+
+
+def _robust_scale(x: np.ndarray) -> float:
+    q75, q25 = np.nanpercentile(x, [75, 25])
+    return float((q75 - q25) / 1.349) or float(np.nanstd(x)) or 1.0
+
+
+def inject(values: np.ndarray, kind: str, size: float, rng: np.random.Generator) -> tuple[np.ndarray, list]:
+    """A copy of a univariate series with one fault of ``kind`` at ``size`` robust scales; its event list."""
+    v = values.copy()
+    t, s = len(v), _robust_scale(values)
+    e, span = int(rng.integers(int(0.35 * t), int(0.8 * t))), int(rng.integers(30, 150))
+    if kind == "none":
+        return v, []
+    if kind in ("spike", "dip"):
+        v[e] += (2 * size * s) * (1 if kind == "spike" else -1)
+        return v, [(e, e)]
+    if kind == "level":
+        v[e:] += size * s
+        return v, [(e, e)]
+    if kind == "drift":
+        v[e : e + 4 * span] += np.linspace(0, size * s, len(v[e : e + 4 * span]))
+        v[e + 4 * span :] += size * s
+        return v, [(e, min(e + 4 * span, t - 1))]
+    if kind == "flat":
+        v[e : e + 2 * span] = v[e]
+        return v, [(e, min(e + 2 * span, t - 1))]
+    if kind == "variance":
+        v[e : e + span] += rng.normal(0, size * s, len(v[e : e + span]))
+    elif kind == "frequency":
+        v[e : e + span] = values[e : e + 2 * span : 2][:span]
+    elif kind == "dropout":
+        span //= 3
+        v[e : e + span] = 0.0
+    elif kind == "context":
+        v[e : e + span] = values[e - 2 * span : e - span][::-1]
+    elif kind == "cycle":
+        v[e : e + span] += 0.5 * size * s * np.sin(np.linspace(0, np.pi, span))
+    return v, [(e, min(e + span, t - 1))]
+
+
+def _sources(root: Path) -> list[tuple[str, np.ndarray]]:
+    """Named real normal signals ``[T, 3]`` (three channels of one recording), held-out halves only."""
+    out = []
+    for name in ("ETTh1", "ETTh2", "ETTm1", "ETTm2"):
+        frame = load_csv(root / "ETT" / f"{name}.csv")
+        values = frame.values[len(frame.values) // 2 :]
+        for k in range(0, values.shape[1] - 2, 3):
+            out.append((f"{name}.{'+'.join(frame.channels[k : k + 3])}", values[:, k : k + 3].astype(np.float64)))
+    mimic = load_csv(next((root / "icu_vitals" / "s00001_numerics").glob("*_decoded.csv")), zero_as_missing=True)
+    half = mimic.values[len(mimic.values) // 2 :].astype(np.float64)
+    cols = [c for c in range(half.shape[1]) if np.isfinite(half[:, c]).mean() > 0.8 and np.nanstd(half[:, c]) > 0]
+    out.append(("mimic." + "+".join(mimic.channels[c] for c in cols[:3]), half[:, cols[:3]]))
+    return out
+
+
+def synthetic(root: Path, count: int, seed: int = 0) -> list[Stream]:
+    """``count`` streams of real signals with one injected fault each (module docstring)."""
+    rng = np.random.default_rng(seed)
+    sources = _sources(root)
+    streams = []
+    for k in range(count):
+        name, values = sources[k % len(sources)]
+        kind, size = KINDS[k % len(KINDS)], SIZES[(k // len(KINDS)) % len(SIZES)]
+        length = int(rng.integers(2500, 5000))
+        start = int(rng.integers(0, max(len(values) - length, 1)))
+        block = values[start : start + length]
+        channels = [0, 1, 2] if k % 5 == 4 else [int(rng.integers(0, 3))]
+        block = block[:, channels].copy()
+        clean = np.where(np.isnan(block[:, 0]), np.nanmedian(block[:, 0]), block[:, 0])
+        block[:, 0], events = inject(clean, kind, size, rng)
+        streams.append(Stream(f"{name}#{k}:{kind}{size:g}", "synthetic", [f"c{c}" for c in channels], block, events,
+                              meta={"kind": kind, "size": size}))  # fmt: skip
+    return streams
+
+
+def ucr(root: Path, names: tuple[str, ...] = UCR) -> list[Stream]:
+    """The UCR anomaly series: the train part is normal, the test part holds one labelled segment."""
+    out = []
+    for name in names:
+        case = load_ucr_anomaly(root / "UCR_Anomaly" / name)
+        labels = np.flatnonzero(case.labels)
+        out.append(Stream(name.split("_")[0], "ucr", ["value"], case.values.reshape(-1, 1).astype(np.float64),
+                          [(int(labels[0]), int(labels[-1]))], test_start=case.train_end))  # fmt: skip
+    return out
+
+
+def sepsis(root: Path, patients: int, septic_share: float = 0.3) -> list[Stream]:
+    """Odd-id PhysioNet 2019 set B patients, up to ``patients`` of them with about ``septic_share`` septic ones."""
+    out: list[Stream] = []
+    septic = plain = 0
+    for p in iter_patients(root / "PhysioNet2019_sepsis" / "training_setB.tar.gz"):
+        if int(p.id.lstrip("p")) % 2 == 0:
+            continue
+        is_septic = bool(p.sepsis.any())
+        if (is_septic and septic >= septic_share * patients) or (not is_septic and plain >= (1 - septic_share) * patients):
+            continue
+        values = p.values[:, [p.columns.index(c) for c in VITALS]].astype(np.float64)
+        events = [(int(np.flatnonzero(p.sepsis)[0]),) * 2] if is_septic else []
+        out.append(Stream(p.id, "sepsis", list(VITALS), values, events))
+        septic, plain = septic + is_septic, plain + (not is_septic)
+        if len(out) >= patients:
+            break
+    return out
+
+
+def corpus(root_override: str | None, quick: bool) -> list[Stream]:
+    """The benchmark corpus; ``quick`` is a smaller fixed subset of every category."""
+    root = data_root(root_override)
+    return (synthetic(root, 33 if quick else 66) + ucr(root, UCR[2:] if quick else UCR)
+            + sepsis(root, 150 if quick else 500))  # fmt: skip

@@ -1,0 +1,161 @@
+"""Streaming-detection metrics, each from its published definition; pure numpy.
+
+- ``nab_score``: the streaming anomaly benchmark score of Lavin & Ahmad (2015). Each labelled event gets a window
+  of ``0.1 · length / events`` rows centred on its onset (widened to cover its labelled segment; overlapping windows
+  merge). The first detection inside a window earns ``A_TP · σ(y)`` with ``σ(y) = 2 / (1 + e^{5y}) − 1`` and ``y``
+  its position relative to the window's end (−1 at the start, 0 at the end); later detections in the same window
+  count nothing; a window without one costs ``A_FN``; a detection outside every window costs
+  ``A_FP · σ(y)`` with ``y`` its distance past the end of the preceding window in window lengths (−A_FP when no
+  window precedes it). Rows of the probationary period (the first 15 %, at most 750) never count. Over a corpus
+  the raw totals are normalised as ``100 · (raw − null) / (perfect − null)``: never alerting scores 0, a detection
+  at the start of every window and nothing else 100.
+- ``event_f1``: an event is found when a detection falls inside its window; precision counts each detection
+  outside every window as a false alarm; the mean delay is rows from the onset to the first detection.
+- ``ucr_top1``: the UCR anomaly archive's rule: the argmax of the score over the test part lies within ±100 rows of
+  the labelled segment.
+- Point-adjusted F1 with a delay (the T-Rep paper's protocol) is ``runtime.metrics.point_adjust_f1``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+PROFILES = {
+    "standard": (1.0, 0.11, 1.0),
+    "reward_low_FP": (1.0, 0.22, 1.0),
+    "reward_low_FN": (1.0, 0.11, 2.0),
+}
+"""NAB application profiles: (A_TP, A_FP, A_FN)."""
+
+
+def probation(length: int) -> int:
+    """Rows of the probationary period: the first 15 % of a stream, at most 750."""
+    return min(int(0.15 * length), 750)
+
+
+def scaled_sigmoid(y: np.ndarray | float) -> np.ndarray:
+    """NAB's ``2 / (1 + e^{5y}) − 1``: about 0.987 at y = −1, 0 at y = 0, towards −1 far beyond."""
+    return 2.0 / (1.0 + np.exp(5.0 * np.asarray(y, dtype=np.float64))) - 1.0
+
+
+def nab_windows(length: int, events: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Inclusive ``(start, end)`` row windows of a stream's events (onset, last labelled row), merged when overlapping."""
+    if not events:
+        return []
+    half = max(int(0.1 * length / len(events)) // 2, 1)
+    spans = sorted((max(onset - half, 0), min(max(onset + half, last), length - 1)) for onset, last in events)
+    merged = [spans[0]]
+    for a, b in spans[1:]:
+        if a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+@dataclass
+class NabCounts:
+    """One stream's NAB totals for one profile: its raw score and what never alerting and a perfect detector get."""
+
+    raw: float
+    null: float
+    perfect: float
+
+
+def nab_stream(detections: np.ndarray, events: list[tuple[int, int]], profile: str = "standard") -> NabCounts:
+    """The raw NAB score of one stream's boolean detections ``[T]`` (module docstring)."""
+    a_tp, a_fp, a_fn = PROFILES[profile]
+    detections = np.asarray(detections, dtype=bool)
+    length = len(detections)
+    windows = nab_windows(length, events)
+    found = [False] * len(windows)
+    raw = 0.0
+    for i in np.flatnonzero(detections[probation(length) :]) + probation(length):
+        inside = [k for k, (a, b) in enumerate(windows) if a <= i <= b]
+        if inside:
+            k = inside[0]
+            if not found[k]:
+                a, b = windows[k]
+                found[k] = True
+                raw += a_tp * float(scaled_sigmoid(-(b - i) / max(b - a, 1)))
+            continue
+        before = [(a, b) for a, b in windows if b < i]
+        if before:
+            a, b = before[-1]
+            raw += a_fp * float(scaled_sigmoid((i - b) / max(b - a, 1)))
+        else:
+            raw -= a_fp
+    raw -= a_fn * found.count(False)
+    return NabCounts(raw, -a_fn * len(windows), a_tp * float(scaled_sigmoid(-1.0)) * len(windows))
+
+
+def nab_score(
+    detections: list[np.ndarray], events: list[list[tuple[int, int]]], profile: str = "standard"
+) -> float:
+    """The normalised NAB score (0 = never alerting, 100 = perfect) of a corpus of streams."""
+    counts = [nab_stream(d, e, profile) for d, e in zip(detections, events)]
+    raw, null, perfect = (sum(getattr(c, k) for c in counts) for k in ("raw", "null", "perfect"))
+    return 100.0 * (raw - null) / (perfect - null) if perfect > null else 0.0
+
+
+def tuned_nab(
+    scores: list[np.ndarray], events: list[list[tuple[int, int]]], candidates: int = 200
+) -> tuple[float, float]:
+    """The best standard NAB score over one threshold for the whole corpus, and that threshold.
+
+    Candidates are the quantiles of every scored post-probation row, finest at the top where thresholds matter; a
+    detection is a row whose score is at or above the threshold.
+    """
+    pooled = np.concatenate([s[probation(len(s)) :] for s in scores])
+    pooled = pooled[np.isfinite(pooled)]
+    if not pooled.size:
+        return 0.0, float("nan")
+    levels = 1.0 - np.logspace(-6, -0.3, candidates)
+    best = (0.0, float("inf"))
+    for threshold in np.unique(np.quantile(pooled, levels)):
+        value = nab_score([np.nan_to_num(s, nan=-np.inf) >= threshold for s in scores], events)
+        best = max(best, (value, float(threshold)))
+    return best
+
+
+def event_f1(detections: list[np.ndarray], events: list[list[tuple[int, int]]]) -> dict[str, float]:
+    """Event precision, recall, F1 and mean detection delay (rows from onset) over a corpus, after probation."""
+    tp = fn = fp = 0
+    delays = []
+    for d, e in zip(detections, events):
+        d = np.asarray(d, dtype=bool)
+        start = probation(len(d))
+        hits = np.flatnonzero(d[start:]) + start
+        windows = nab_windows(len(d), e)
+        inside = np.zeros(len(hits), dtype=bool)
+        for (a, b), (onset, _) in zip(windows, sorted(e)):
+            in_window = (hits >= a) & (hits <= b)
+            inside |= in_window
+            if in_window.any():
+                tp += 1
+                delays.append(int(hits[in_window][0]) - onset)
+            else:
+                fn += 1
+        fp += int((~inside).sum())
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "found": tp, "missed": fn, "false_alarms": fp,
+            "mean_delay": float(np.mean(delays)) if delays else float("nan")}  # fmt: skip
+
+
+def false_alarms_per_1000(detections: list[np.ndarray], events: list[list[tuple[int, int]]]) -> float:
+    """Detections outside every event window per 1,000 scored (post-probation) rows."""
+    stats = event_f1(detections, events)
+    rows = sum(len(d) - probation(len(d)) for d in detections)
+    return 1000.0 * stats["false_alarms"] / max(rows, 1)
+
+
+def ucr_top1(score: np.ndarray, test_start: int, segment: tuple[int, int], margin: int = 100) -> bool:
+    """Whether the argmax of ``score`` over the test part lies within ``margin`` rows of the labelled segment."""
+    test = np.nan_to_num(np.asarray(score, dtype=np.float64)[test_start:], nan=-np.inf)
+    if not np.isfinite(test).any():
+        return False
+    top = test_start + int(np.argmax(test))
+    return segment[0] - margin <= top <= segment[1] + margin
