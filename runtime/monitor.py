@@ -222,11 +222,13 @@ class Monitor:
             started = time.perf_counter()
             self._refresh_steps()
             seconds = time.perf_counter() - started
-        batch = self._store.collect(now, with_windows=self._steps is None)
+        # The step engine needs no windows, but the deviation signal reads each scored step's window.
+        with_windows = self._steps is None or "deviation" in self.detector_config.signals
+        batch = self._store.collect(now, with_windows=with_windows)
         self._counters["ticks"] += 1
         rounds = lane_rounds(self._lane_stream[batch.stream_idx], batch.step)
         raw = np.full(len(batch), np.nan)
-        deviation = np.full(len(batch), np.nan)  # needs windows: the step engine's rounds have none
+        deviation = np.full(len(batch), np.nan)
         z = np.zeros((len(batch), self.engine.card.repr_dims), dtype=np.float32)
         rows_sent = 0
         started = time.perf_counter()
@@ -235,6 +237,8 @@ class Monitor:
                 raw[rows], z[rows] = self._advance_steps(batch, rows)
             rows_sent = 2 * len(batch)
             self._counters["engine_calls"] += len(rounds)
+            if batch.windows.shape[0]:  # a step-engine model is never stream-scaled: these are its windows
+                deviation[batch.complete] = window_deviation(batch.windows)
         elif batch.windows.shape[0]:
             complete = np.flatnonzero(batch.complete)
             windows = self._scaled_windows(batch, rounds, complete)
