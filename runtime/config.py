@@ -148,10 +148,19 @@ class MonitorSettings:
                                 "in one onnxruntime call", 1.0)  # fmt: skip
     shard: str = _doc("this daemon's shard i/N of a scaled-out deployment: it scores the streams with "
                       "crc32(stream id) mod N == i and skips the others (runtime/sharding.py); 0/1 = all", "0/1")
+    tick_max_messages: int = _doc("tick budget: at most this many queued messages are taken in per tick; the rest "
+                                  "wait in the queue for the next, so health, checkpoints and metrics keep their "
+                                  "cadence under any backlog", 2000)  # fmt: skip
+    tick_budget_ms: float = _doc("tick budget in time: the messages taken in per tick are cut so that intake plus "
+                                 "scoring stay near this many milliseconds (measured on the last ticks)",
+                                 500.0)  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.tick_interval <= 0:
             raise ConfigError(f"monitor.tick_interval must be > 0 seconds, got {self.tick_interval}")
+        if self.tick_max_messages < 1 or self.tick_budget_ms <= 0:
+            raise ConfigError(f"monitor.tick_max_messages must be >= 1 and monitor.tick_budget_ms > 0, got "
+                              f"{self.tick_max_messages} and {self.tick_budget_ms}")  # fmt: skip
         try:
             Shard.parse(self.shard)
         except ValueError as exc:

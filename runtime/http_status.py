@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Up to 10 min: under a backlog a reading waits several bounded ticks, and a +Inf-only tail hides how long.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+                   300.0, 600.0)  # fmt: skip
+HTTP_IDLE_TIMEOUT = 10.0
+"""Seconds a connection may stay silent before the server closes it (each open one holds a thread)."""
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 
 
@@ -34,12 +40,24 @@ class Metrics:
     def __init__(self) -> None:
         self._families: dict[str, _Family] = {}
         self._lock = threading.Lock()
+        self.before_render: list[Callable[[Metrics], None]] = []
 
     def declare(self, name: str, kind: str, help: str, buckets: tuple[float, ...] = ()) -> None:
         """Register a metric family (``counter``, ``gauge`` or ``histogram`` with ``buckets``)."""
         if kind not in ("counter", "gauge", "histogram"):
             raise ValueError(f"metric kind must be counter, gauge or histogram, got {kind!r}")
         self._families[name] = _Family(name, kind, help, tuple(buckets))
+        if kind == "counter":  # a sample at 0 from the start, so rate() and alerts see the first increment
+            self._families[name].values[()] = 0.0
+
+    def zero(self, name: str, label: str, values: tuple[str, ...]) -> None:
+        """Export a labelled counter at 0 for each of ``values`` (replacing its unlabelled 0 sample)."""
+        with self._lock:
+            fam = self._family(name, "counter")
+            if fam.values.get((), None) == 0.0:
+                del fam.values[()]
+            for v in values:
+                fam.values.setdefault(((label, v),), 0.0)
 
     def _family(self, name: str, kind: str) -> _Family:
         fam = self._families.get(name)
@@ -52,6 +70,8 @@ class Metrics:
         key = tuple(sorted(labels.items()))
         with self._lock:
             fam = self._family(name, "counter")
+            if key and fam.values.get(()) == 0.0:  # a labelled family: its unlabelled start sample goes
+                del fam.values[()]
             fam.values[key] = fam.values.get(key, 0.0) + amount
 
     def set(self, name: str, value: float, **labels: str) -> None:
@@ -82,8 +102,18 @@ class Metrics:
         with self._lock:
             return self._families[name].values.get(tuple(sorted(labels.items())), 0.0)
 
+    def counts(self, name: str) -> float | dict[str, float]:
+        """A counter or gauge as plain data: its value, or label value → value for a family with one label."""
+        with self._lock:
+            values = self._families[name].values
+            if set(values) <= {()}:
+                return values.get((), 0.0)
+            return {",".join(v for _, v in key): value for key, value in sorted(values.items()) if key}
+
     def render(self) -> str:
         """The Prometheus text exposition format (version 0.0.4)."""
+        for hook in self.before_render:
+            hook(self)
         lines: list[str] = []
         with self._lock:
             for fam in self._families.values():
@@ -145,7 +175,41 @@ def monitor_metrics() -> Metrics:
     m.declare("trep_edge_checkpoints_total", "counter", "state checkpoints written")
     m.declare("trep_edge_checkpoint_age_seconds", "gauge", "seconds since the last checkpoint")
     m.declare("trep_edge_last_tick_timestamp_seconds", "gauge", "unix time of the last scoring tick")
+    m.declare("trep_edge_publish_refused_total", "counter",
+              "publishes refused before sending (a topic or payload the broker would call malformed); dropped")
+    m.declare("trep_edge_tick_backlog", "gauge", "readings left for the next tick by the tick budget")
+    declare_process_metrics(m)
     return m
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def declare_process_metrics(m: Metrics, start_time: float | None = None) -> None:
+    """Declare the standard ``process_*`` metrics (Linux /proc), sampled at every render."""
+    m.declare("process_resident_memory_bytes", "gauge", "resident set size in bytes")
+    m.declare("process_cpu_seconds_total", "counter", "user + system CPU time in seconds")
+    m.declare("process_open_fds", "gauge", "open file descriptors")
+    m.declare("process_threads", "gauge", "OS threads of the process")
+    m.declare("process_start_time_seconds", "gauge", "unix time the process started")
+    m.set("process_start_time_seconds", time.time() if start_time is None else start_time)
+    m.before_render.append(_sample_process)
+
+
+def _sample_process(m: Metrics) -> None:
+    times = os.times()
+    m.replace("process_cpu_seconds_total", {(): times.user + times.system})
+    m.set("process_threads", threading.active_count())
+    try:  # /proc is Linux-only; elsewhere these two are simply not sampled
+        with open("/proc/self/statm") as f:
+            m.set("process_resident_memory_bytes", int(f.read().split()[1]) * _PAGE)
+        m.set("process_open_fds", len(os.listdir("/proc/self/fd")))
+        with open("/proc/self/status") as f:
+            threads = next((line.split()[1] for line in f if line.startswith("Threads:")), None)
+        if threads is not None:
+            m.set("process_threads", int(threads))
+    except OSError:
+        pass
 
 
 Probe = Callable[[], "tuple[bool, str]"]
@@ -158,12 +222,15 @@ class StatusServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = HTTP_IDLE_TIMEOUT  # socket timeout: an idle or trickling client is closed, freeing its thread
+
             def do_GET(self) -> None:  # noqa: N802 - the http.server API
                 if self.path == "/metrics":
                     outer._send(self, 200, metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
                 elif self.path in ("/healthz", "/readyz"):
                     ok, reason = (health if self.path == "/healthz" else ready)()
-                    outer._send(self, 200 if ok else 503, ("ok" if ok else reason) + "\n", "text/plain")
+                    # A healthy probe may still say why it is degraded (e.g. a backlog): 200 with the reason.
+                    outer._send(self, 200 if ok else 503, (reason or "ok") + "\n", "text/plain")
                 else:
                     outer._send(self, 404, "try /metrics, /healthz or /readyz\n", "text/plain")
 

@@ -207,6 +207,27 @@ def describe_connect_error(exc: BaseException | None, config: MqttConfig) -> str
     return f"cannot connect to broker {where}: {exc or 'connection failed'}"
 
 
+MAX_TOPIC_BYTES = 65535
+
+
+def unpublishable(topic: str, payload: bytes | str) -> str | None:
+    """Why ``topic``/``payload`` cannot be published (a broker would refuse the packet), or None when they can."""
+    if not isinstance(topic, str) or not topic:
+        return "the topic is empty or not text"
+    # MQTT topic names are UTF-8 without U+0000..U+001F, U+007F..U+009F or noncharacters (Mosquitto disconnects
+    # on them), and a publish may not name a wildcard; isprintable() also refuses surrogates and format characters.
+    if not topic.replace(" ", "x").isprintable() or "+" in topic or "#" in topic:
+        return "the topic holds a wildcard or a character MQTT topic names may not carry"
+    if len(topic.encode("utf-8")) > MAX_TOPIC_BYTES:
+        return f"the topic is longer than {MAX_TOPIC_BYTES} bytes"
+    if isinstance(payload, str):
+        try:
+            payload.encode("utf-8")
+        except UnicodeEncodeError:
+            return "the payload is not encodable as UTF-8 (a lone surrogate)"
+    return None
+
+
 class MqttLink:
     """The daemon's MQTT connection: subscribe, enqueue telemetry, publish, keep the retained status.
 
@@ -221,6 +242,7 @@ class MqttLink:
         status_topic: str,
         status: dict,
         on_drop: Callable[[Telemetry], None] | None = None,
+        on_refused: Callable[[str, str], None] | None = None,
     ) -> None:
         self.config = config
         self.queue = queue
@@ -228,6 +250,7 @@ class MqttLink:
         self.status_topic = status_topic
         self._status = dict(status)
         self._on_drop = on_drop
+        self._on_refused = on_refused
         self.connected = False
         self._stopping = False
         self.connects = 0
@@ -284,7 +307,8 @@ class MqttLink:
         if self.connected:
             info = self.publish_status({"state": "offline", "reason": reason})
             try:
-                info.wait_for_publish(timeout)
+                if info is not None:
+                    info.wait_for_publish(timeout)
             except (RuntimeError, ValueError):
                 pass  # not connected any more: the Last Will says offline instead
         self.client.disconnect()
@@ -292,11 +316,24 @@ class MqttLink:
         self.connected = False
 
     # -- publishing ----------------------------------------------------------------------------------------------
-    def publish(self, topic: str, payload: bytes | str, qos: int = 1, retain: bool = False) -> mqtt.MQTTMessageInfo:
-        """Publish from any thread; QoS ≥ 1 messages published while disconnected are sent after reconnecting."""
-        return self.client.publish(topic, payload, qos=qos, retain=retain)
+    def publish(
+        self, topic: str, payload: bytes | str, qos: int = 1, retain: bool = False
+    ) -> mqtt.MQTTMessageInfo | None:
+        """Publish from any thread (None when refused); QoS ≥ 1 messages wait for a reconnect if disconnected."""
+        reason = unpublishable(topic, payload)
+        if reason is None:
+            try:
+                return self.client.publish(topic, payload, qos=qos, retain=retain)
+            except (ValueError, TypeError) as exc:  # paho's own checks (e.g. a payload over 268 MB)
+                reason = str(exc)
+        # A packet the broker would call malformed disconnects us, and paho resends a QoS >= 1 one after every
+        # reconnect (a loop that never ends): refuse it here, once, and count it.
+        log.warning("publish to %s refused: %s", ascii(topic)[:200], reason)
+        if self._on_refused is not None:
+            self._on_refused(topic, reason)
+        return None
 
-    def publish_status(self, update: dict | None = None) -> mqtt.MQTTMessageInfo:
+    def publish_status(self, update: dict | None = None) -> mqtt.MQTTMessageInfo | None:
         """Merge ``update`` into the status and publish it retained (the Last Will follows from the next connect)."""
         with self._lock:
             self._status.update(update or {})

@@ -41,6 +41,11 @@ dropped with ``"ignore"``; a reading left without any known channel is ``empty``
 ``max_skew`` seconds from ``now`` (either way) is ``absurd_timestamp`` (milliseconds sent as seconds, a device
 clock at 1970).
 
+Stream ids, whatever their source (topic level, ``stream`` field, SenML name): 1..128 printable characters
+(``str.isprintable``: no control, format (bidi overrides, zero-width), surrogate, private-use, separator or
+noncharacter code points, which MQTT topic names may not carry or which spoof other ids on dashboards), without the
+MQTT wildcards ``+`` and ``#``. Anything else is ``bad_stream_id`` (``wrong_type`` when not a string).
+
 Rejection is per reading: a reading is accepted whole or not at all, and one bad reading does not poison its
 batch. ``parse_payload_lenient`` returns the good readings and one ``PayloadError`` per rejected reading (or one for
 a message that cannot be read at all); the daemon uses it, counting errors by ``kind``. ``parse_payload`` is the
@@ -67,6 +72,7 @@ MALFORMED_KINDS = (
     "senml_invalid",
     "empty",
     "stream_mismatch",
+    "bad_stream_id",
 )
 """Every ``PayloadError.kind``, for per-kind counters."""
 
@@ -76,7 +82,7 @@ SENML_RELATIVE_LIMIT = 2**28
 SENML_VERSION = 10
 MAX_STREAM_ID = 128
 _NON_FINITE_WORDS = frozenset({"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"})
-_BAD_STREAM_CHARS = re.compile(r"[\x00-\x1f\x7f+#]")
+_WILDCARDS = re.compile(r"[+#]")
 _SEPARATORS = re.compile(r"[:/]")
 
 
@@ -195,13 +201,27 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), "a number")
 
 
+def valid_stream_id(value: str) -> bool:
+    """True when ``value`` is an allowed stream id (module docstring, "Stream ids")."""
+    # isprintable() refuses C0/C1 controls, format characters (bidi overrides, zero-width), surrogates,
+    # noncharacters (U+FDD0.., U+FFFE) and separators other than space: what MQTT topics may not carry or
+    # what could spoof another id on a dashboard.
+    return 0 < len(value) <= MAX_STREAM_ID and value.isprintable() and not _WILDCARDS.search(value)
+
+
+def escape_stream_id(value: Any) -> str:
+    """A printable ASCII rendering of a refused id, safe to log and dead-letter."""
+    return ascii(value if isinstance(value, str) else str(value))[:2 * MAX_STREAM_ID]
+
+
 def _check_stream_id(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise PayloadError("wrong_type", f"{what} must be a string, got {_json_type(value)}")
-    if not 0 < len(value) <= MAX_STREAM_ID or _BAD_STREAM_CHARS.search(value):
+    if not valid_stream_id(value):
         raise PayloadError(
-            "wrong_type",
-            f"{what} {value[:40]!r} must be 1..{MAX_STREAM_ID} characters without control characters, + or #",
+            "bad_stream_id",
+            f"{what} {escape_stream_id(value[:MAX_STREAM_ID + 1])} must be 1..{MAX_STREAM_ID} printable characters "
+            "without + or # (no control, format, bidi, zero-width, surrogate or noncharacter code points)",
         )
     return value
 

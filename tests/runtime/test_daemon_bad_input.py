@@ -31,6 +31,7 @@ def _bad_messages(now: float) -> dict[str, list[tuple[str, bytes]]]:
         "senml_invalid": [(topic, js([{"n": "HR", "vs": "high"}]))],
         "empty": [(topic, b""), (topic, js({"ts": now, "values": {}}))],
         "stream_mismatch": [(topic, js({"stream": "bed9", "ts": now, "values": ok}))],
+        "bad_stream_id": [(topic, js({"stream": "bed\u202e1", "ts": now, "values": ok}))],
     }  # fmt: skip
 
 

@@ -102,7 +102,7 @@ def test_the_stream_comes_from_the_topic_or_the_payload_and_they_must_agree():
     assert kind_of({"stream": "bed7", "values": {"HR": 1}}) == "stream_mismatch"
     assert kind_of({"values": {"HR": 1}}, stream=None) == "missing_field"
     assert kind_of({"stream": 7, "values": {"HR": 1}}, stream=None) == "wrong_type"
-    assert kind_of({"stream": "a+b", "values": {"HR": 1}}, stream=None) == "wrong_type"
+    assert kind_of({"stream": "a+b", "values": {"HR": 1}}, stream=None) == "bad_stream_id"
     assert parse({"values": {"HR": 1}}, stream="press3/line2")[0].stream == "press3/line2"
 
 
