@@ -18,12 +18,13 @@ own history, on a scale that means the same for every stream and every model:
    ``short`` values, for anomalies that last — under a Gaussian of that history. A signal's surprise is
    ``−log10`` of that probability; the reading's score is the largest surprise less ``log10`` of the number of
    tests (a Bonferroni correction, so more signals or channels do not mean more false alarms).
-3. **Alert** (``AlertGate``), the product's one alert decision: score ≥ ``threshold`` for ``debounce`` readings in a
-   row once the stream has ``min_count`` scored readings, once per such run, and not within ``refractory``
-   readings of its previous alert. The daemon's alert episodes (``alerts.AlertTracker``) open on these alerts and
-   no other way. While a stream alerts, its signal statistics and memory do not learn (an anomaly must not become
-   the baseline that hides the next one), for at most ``protect`` readings in a row — after that a lasting change
-   is the new normal and is learned.
+3. **Alert** (``AlertGate``), the product's one alert decision: score ≥ ``threshold`` and above the stream's
+   decaying record of surprises outside alerts, for ``debounce`` readings in a row once the stream has
+   ``min_count`` scored readings, once per such run, and not within ``refractory`` readings of its previous alert.
+   The daemon's alert episodes (``alerts.AlertTracker``) open on these alerts and no other way. While a stream
+   alerts, its signal statistics and memory do not learn (an anomaly must not become the baseline that hides the
+   next one), for at most ``protect`` readings in a row — after that a lasting change is the new normal and is
+   learned.
 
 A stream may be one model window (``channel_mode = fixed``) or several univariate channels scored by one shared
 model (``independent``): every channel then has its own signals and statistics (a *lane*), and the stream's score
@@ -51,6 +52,10 @@ SIGNALS = ("distance", "novelty", "deviation")
 LOG_FLOOR = {"distance": 1e-6, "novelty": 1e-2}
 """Signals judged in log space (≥ 0 and heavy-tailed), and what is added before the log so that 0 stays finite;
 ``deviation`` (already in robust units) is judged as it is."""
+
+
+DEVIATION_MIN_VALUES = 16
+"""Earlier values a window needs before its last step's deviation from them is judged."""
 
 
 def transform_signals(values: np.ndarray, signals: tuple[str, ...]) -> np.ndarray:
@@ -81,6 +86,11 @@ class DetectorConfig:
         protect: alerting readings in a row that the statistics skip before they learn a lasting change.
         scale_warmup: readings that set a lane's location and scale (models with ``scaling = "stream"``).
         scale_adapt: effective readings in the slow update of location and scale after that; 0 = frozen.
+        record_decay: how fast (surprise per reading) the stream's record falls; the record is the largest score of
+            its readings outside alerted runs (recurring normal surprises, such as hot readings the refractory
+            period held back), and a reading alerts only above both ``threshold`` and the record. 0 disables it.
+        record_cap: the highest score that enters the record, so that a real anomaly the refractory period held
+            back cannot hide the next one for long (``inf``: no cap).
         prior_weight: readings' worth of weight given to the model card's ``detector_prior`` (the signals' statistics
             on the model's calibration data), which lets a new stream alert after ``min_count - prior_weight``
             readings; 0 ignores the prior.
@@ -93,13 +103,15 @@ class DetectorConfig:
     horizon: int = 500
     short: int = 5
     min_count: int = 100
-    threshold: float = 3.5
+    threshold: float = 4.5
     refractory: int = 200
     debounce: int = 1
     protect: int = 200
     scale_warmup: int = 100
     scale_adapt: int = 10_000
     prior_weight: int = 100
+    record_decay: float = 0.01
+    record_cap: float = 15.0
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
@@ -113,6 +125,10 @@ class DetectorConfig:
         for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
+        if not math.isfinite(self.record_decay) or self.record_decay < 0:
+            raise ValueError(f"detector record_decay must be finite and >= 0, got {self.record_decay}")
+        if math.isnan(self.record_cap) or self.record_cap <= 0:
+            raise ValueError(f"detector record_cap must be > 0 (inf for none), got {self.record_cap}")
         if not math.isfinite(self.threshold) or self.threshold <= 0:
             raise ValueError(f"detector threshold must be a positive surprise (-log10 p), got {self.threshold}")
 
@@ -145,7 +161,7 @@ class DetectorConfig:
             if key == "signals":
                 changes[key] = tuple(v for v in value.split("+") if v)
             else:
-                changes[key] = float(value) if key == "threshold" else int(value)
+                changes[key] = float(value) if key in ("threshold", "record_decay", "record_cap") else int(value)
         return replace(self, **changes)
 
 
@@ -153,14 +169,17 @@ def window_deviation(windows: np.ndarray) -> np.ndarray:
     """How far each window's last step lies from the rest of its window ``[n, W, C]``, in robust scales (``[n]``).
 
     The largest channel's ``|x_last − median| / scale`` (``preprocess.robust_location_scale`` of the earlier steps);
-    NaN for a window without a last value. Invariant to the stream's scaling, so it is the same before and after
-    ``preprocess.scale_windows``.
+    NaN for a window without a last value or with fewer than ``DEVIATION_MIN_VALUES`` earlier values. Invariant to
+    the stream's scaling, so it is the same before and after ``preprocess.scale_windows``.
     """
     n, w, c = windows.shape
     earlier = np.asarray(windows[:, :-1], dtype=np.float64).transpose(0, 2, 1).reshape(n * c, w - 1)
     loc, scale = robust_location_scale(earlier)
     last = np.asarray(windows[:, -1], dtype=np.float64).reshape(n * c)
-    dev = (np.abs(last - loc) / scale).reshape(n, c)
+    # A scale read off a handful of values (a stream's first readings, a window that is mostly gap) is noise and
+    # made every new stream's first readings look like faults: too few earlier values give no deviation.
+    enough = np.isfinite(earlier).sum(axis=1) >= DEVIATION_MIN_VALUES
+    dev = np.where(enough, np.abs(last - loc) / scale, np.nan).reshape(n, c)
     seen = np.isfinite(dev)
     return np.where(seen.any(axis=1), np.where(seen, dev, -np.inf).max(axis=1), np.nan)
 
@@ -336,20 +355,29 @@ class AlertGate(StreamState):
 
     A stream alerts once per run of readings at or above the threshold (when the run reaches ``debounce`` readings,
     or at its first reading after the refractory period), so a lasting anomaly is one alert, not one per reading.
-    State, all ``[S]``: ``scored_`` (scored readings), ``since_`` (readings since the last alert, capped at
-    ``refractory + 1``), ``hot_`` (readings at or above the threshold in a row, capped above ``protect`` and
-    ``debounce``), ``alerted_`` (the current run has alerted).
+    With ``record_decay`` > 0 the bar is the larger of the threshold and the stream's *record*: the largest score
+    of its scored readings outside alerted runs (each at most ``record_cap``), falling by ``record_decay`` per
+    reading. Gaussian surprise fits the heavy, stream-specific tails of these signals badly, and a stream whose
+    normal edges recur at surprise 6 alerted once per refractory period for its whole life; the record learns that
+    level from the surprises the stream produces without alerting, and an anomaly must beat it
+    (docs/detection.md).
+    State, all ``[S]``: ``record_`` (the record, −inf before any), ``scored_`` (scored readings), ``since_``
+    (readings since the last alert, capped at ``refractory + 1``), ``hot_`` (readings at or above the bar in a row,
+    capped above ``protect`` and ``debounce``), ``alerted_`` (the current run has alerted).
     """
 
     def __init__(
-        self, threshold: float, min_count: int, refractory: int, protect: int, debounce: int = 1, n_streams: int = 0
-    ) -> None:
+        self, threshold: float, min_count: int, refractory: int, protect: int, debounce: int = 1,
+        record_decay: float = 0.0, record_cap: float = math.inf, n_streams: int = 0,
+    ) -> None:  # fmt: skip
         self.threshold, self.min_count = float(threshold), int(min_count)
         self.refractory, self.protect, self.debounce = int(refractory), int(protect), int(debounce)
+        self.record_decay, self.record_cap = float(record_decay), float(record_cap)
         super().__init__(n_streams)
 
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
         return {
+            "record_": np.full(n, -np.inf),
             "scored_": np.zeros(n, dtype=np.int64),
             "since_": np.full(n, self.refractory + 1, dtype=np.int64),
             "hot_": np.zeros(n, dtype=np.int64),
@@ -358,19 +386,24 @@ class AlertGate(StreamState):
 
     def _config(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "min_count": self.min_count, "refractory": self.refractory,
-                "protect": self.protect, "debounce": self.debounce}  # fmt: skip
+                "protect": self.protect, "debounce": self.debounce, "record_decay": self.record_decay,
+                "record_cap": self.record_cap}  # fmt: skip
 
     def decide(self, idx: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return (alert, warming, learn) for one reading per selected stream, and advance the state."""
         scored = np.isfinite(score)
         count = self.scored_[idx] + scored
         warming = count < self.min_count
-        hot = scored & ~warming & (score >= self.threshold)
+        record = self.record_[idx] - self.record_decay
+        bar = np.fmax(self.threshold, record) if self.record_decay > 0 else np.full(len(idx), self.threshold)
+        hot = scored & ~warming & (score >= bar)
         since = np.minimum(self.since_[idx] + 1, self.refractory + 1)
         hot_run = np.where(hot, np.minimum(self.hot_[idx] + 1, max(self.protect, self.debounce) + 1), 0)
         # Once per run of hot readings: its debounce-th reading, or its first one after the refractory period.
         alert = (hot_run >= self.debounce) & (since > self.refractory) & ~(self.alerted_[idx] & hot)
         self.alerted_[idx] = hot & (self.alerted_[idx] | alert)
+        normal = scored & ~warming & ~self.alerted_[idx]
+        self.record_[idx] = np.where(normal, np.fmax(record, np.fmin(score, self.record_cap)), record)
         self.scored_[idx] = count
         self.since_[idx] = np.where(alert, 0, since)
         self.hot_[idx] = hot_run
@@ -411,7 +444,8 @@ class Detector:
         self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior)
         # A prior stands for that many readings of the stream's own warm-up.
         warmup = c.min_count - (0 if prior is None else prior.count)
-        self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect, c.debounce)
+        self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect, c.debounce, c.record_decay,
+                              c.record_cap)
 
     def _lane_parts(self) -> tuple[StreamState, ...]:
         return (self.memory, self.stats)

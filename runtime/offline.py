@@ -15,7 +15,7 @@ import numpy as np
 
 from .detector import Detector, DetectorConfig, window_deviation
 from .engine import Engine
-from .preprocess import Normalisation, StreamScaler, difference, forward_fill, scale_windows
+from .preprocess import Normalisation, StreamScaler, difference, forward_fill, robust_location_scale, scale_windows
 from .scoring import raw_score
 
 
@@ -173,7 +173,7 @@ def _run_detector(engine: Engine, features: RecordingFeatures, config: DetectorC
 def detector_prior(
     engine: Engine, prepared: list[np.ndarray], config: DetectorConfig = DetectorConfig(), max_steps: int = 20_000
 ) -> dict:
-    """The model card's ``detector_prior``: mean and variance of each log-signal over normal prepared series.
+    """The model card's ``detector_prior``: median and squared robust scale of each signal over normal prepared series.
 
     Each series runs through the detector exactly as a new stream would (its own memory, no card prior), so the
     prior describes what a fresh stream of this kind looks like, warm-up included.
@@ -192,6 +192,8 @@ def detector_prior(
     finite = np.isfinite(values).all(axis=1)
     if finite.sum() < 2:
         raise ValueError(f"the detector prior needs at least 2 scored steps of calibration data, got {finite.sum()}")
-    values = values[finite]
-    return {"signals": list(cold.signals), "mean": values.mean(axis=0).tolist(), "var": values.var(axis=0).tolist(),
-            "n": int(len(values))}  # fmt: skip
+    # Median and robust scale, not mean and variance: calibration data holds its own rare extremes (a flat stretch
+    # makes the deviation signal huge), and a variance inflated by them silenced the signal for hundreds of readings
+    # of every new stream. The prior should describe a typical stream; the stream's own statistics learn the rest.
+    loc, scale = robust_location_scale(values[finite].T)
+    return {"signals": list(cold.signals), "mean": loc.tolist(), "var": (scale**2).tolist(), "n": int(finite.sum())}

@@ -18,8 +18,8 @@ from trep_edge.cli import main
 from trep_edge.runtime.replay import Publisher, replay
 from trep_edge.runtime.sharding import shard_of
 
-STREAMS, LENGTH, SWITCH = 9, 330, 190
-SPIKES = [120, 260]  # one episode per phase and stream
+STREAMS, LENGTH, SWITCH = 9, 420, 190
+SPIKES = [120, 340]  # one episode per phase and stream, further apart than the refractory period (200)
 RATE = 60.0  # readings/s per stream
 
 

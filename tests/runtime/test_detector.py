@@ -147,6 +147,37 @@ def test_debounce_alerts_once_per_run_of_hot_readings_on_its_debounce_th():
     assert alerts == [False, False, False, True, False, False, False, True]
 
 
+def test_the_record_of_surprises_outside_alerts_raises_the_bar_and_decays():
+    gate = AlertGate(threshold=1.0, min_count=1, refractory=2, protect=10, record_decay=0.5, n_streams=1)
+    # 5 alerts; 6 two readings later is held back by the refractory period and becomes the record; 4.4 three
+    # readings later is above the threshold but below the decayed record (4.5) and does not alert; 9 does, and is
+    # not a record (it alerted); four readings on, the record has decayed to 1.5 and 3 alerts.
+    scores = [5.0, 0.0, 6.0, 0.0, 0.0, 4.4, 0.0, 9.0, 0.0, 0.0, 0.0, 3.0]
+    alerts = [bool(gate.decide(rows(0), np.array([s]))[0][0]) for s in scores]
+    assert [i for i, a in enumerate(alerts) if a] == [0, 7, 11]
+
+
+def test_a_held_back_anomaly_enters_the_record_only_up_to_the_cap():
+    gate = AlertGate(threshold=1.0, min_count=1, refractory=2, protect=10, record_decay=0.5, record_cap=3.0,
+                     n_streams=1)  # fmt: skip
+    # 50 in a new run is held back by the refractory period and enters the record as 3; three readings later the
+    # record is 1.5 and 2.9 alerts (an uncapped record would still be 48.5).
+    scores = [5.0, 0.0, 50.0, 0.0, 0.0, 2.9]
+    alerts = [bool(gate.decide(rows(0), np.array([s]))[0][0]) for s in scores]
+    assert alerts == [True, False, False, False, False, True]
+
+
+def test_the_record_survives_a_save_and_restore_mid_stream():
+    scores = [5.0, 0.0, 6.0, 0.0, 0.0, 4.4, 0.0, 9.0, 0.0, 0.0, 0.0, 3.0]
+    whole = AlertGate(threshold=1.0, min_count=1, refractory=2, protect=10, record_decay=0.5, n_streams=1)
+    expected = [bool(whole.decide(rows(0), np.array([s]))[0][0]) for s in scores]
+    first = AlertGate(threshold=1.0, min_count=1, refractory=2, protect=10, record_decay=0.5, n_streams=1)
+    got = [bool(first.decide(rows(0), np.array([s]))[0][0]) for s in scores[:4]]
+    restored = AlertGate.from_state(first.state_dict())
+    got += [bool(restored.decide(rows(0), np.array([s]))[0][0]) for s in scores[4:]]
+    assert got == expected and restored.record_decay == 0.5
+
+
 def test_streams_are_gated_independently():
     gate = AlertGate(threshold=1.0, min_count=2, refractory=5, protect=2, n_streams=2)
     gate.decide(rows(0, 1), np.array([0.0, np.nan]))
@@ -273,7 +304,8 @@ def test_a_fault_in_one_channel_alerts_and_names_that_channel(ett, independent_e
     values[800:803, 1] += 30 * values[:, 1].std()  # a 3-hour spike in MUFL only
     detector = DetectorConfig(min_count=50, scale_warmup=50, prior_weight=0)
     scored, alerts = _stream(Monitor(independent_engine, detector=detector), values, tick_every=50)
-    assert [(s.step - T0, s.channel) for s in scored if s.alert] == [(800, "MUFL")]
-    raised = alerts[0]
+    # Real ETT has its own surprises before the fault (the benchmark counts those); the fault's alert is the point.
+    assert [(s.step - T0, s.channel) for s in scored if s.alert][-1] == (800, "MUFL")
+    raised = next(a for a in alerts if a.state == "raised" and a.window_end == T0 + 800)
     assert (raised.state, raised.channel, raised.window_end) == ("raised", "MUFL", T0 + 800)
     assert raised.values == dict(zip(ETT_CHANNELS, values[800].tolist()))

@@ -188,15 +188,15 @@ def test_a_stream_warms_up_before_its_alerts_are_published(ucr_series, univariat
     monitor = Monitor(univariate_engine, alerts=AlertConfig(clear_after=1), detector=DetectorConfig(min_count=104))
     faults = (2, 9)
     scored, alerts = run(monitor, [value("a", t, ucr_series.values[t] + FAULT * (t in faults)) for t in range(10)])
-    assert np.isfinite([s.score for s in scored]).all()  # the prior gives even the first reading a score
+    assert np.isfinite([s.surprise for s in scored]).all()  # the prior gives even the first reading a surprise
     assert [s.warming for s in scored] == [True] * 3 + [False] * 7
-    assert scored[2].score > 5.0 and not scored[2].alert  # a fault during warm-up neither alerts nor opens an episode
+    assert scored[2].surprise > 5.0 and np.isnan(scored[2].score) and not scored[2].alert  # a fault during warm-up neither alerts nor opens an episode
     assert monitor.streams == {"a": "active"}
     (raised,) = alerts
     assert (raised.alert_id, raised.state, raised.severity, raised.stream) == ("a-1", "raised", "critical", "a")
     fault = scored[9]
     assert fault.alert and not any(s.alert for s in scored[:9])
-    assert raised.timestamp == fault.timestamp and raised.score == fault.score and raised.threshold == 5.0
+    assert raised.timestamp == fault.timestamp and raised.score == fault.score and raised.threshold == DetectorConfig().threshold
     assert raised.window_end == fault.step and raised.window_start == fault.step - 63
     assert raised.values == fault.values and raised.channel == ""
 
@@ -204,7 +204,7 @@ def test_a_stream_warms_up_before_its_alerts_are_published(ucr_series, univariat
 def test_warm_up_without_a_prior_is_two_unscored_readings_and_min_count_scored_ones(univariate_engine):
     monitor = Monitor(univariate_engine, detector=cold(10))
     scored, _ = run(monitor, series_readings(np.sin(np.arange(30))))
-    assert [np.isnan(s.score) for s in scored[:3]] == [True, True, False]
+    assert [np.isnan(s.surprise) for s in scored[:3]] == [True, True, False]
     assert sum(s.warming for s in scored) == 2 + 9 and not any(s.warming for s in scored[11:])
 
 
@@ -225,7 +225,7 @@ def test_episodes_outlive_resets_and_swaps_and_their_numbers_keep_counting(univa
     # Same inputs, other weights: scores restart, the episode stays open until a known score clears it.
     monitor.swap_engine(dataclasses.replace(univariate_engine, sha256="other"))
     scored, alerts = run(monitor, faulty("a", range(6, 14)))
-    assert [np.isnan(s.score) for s in scored[:3]] == [True, True, False]
+    assert [np.isnan(s.surprise) for s in scored[:3]] == [True, True, False]
     assert [s.warming for s in scored] == [True] * 4 + [False] * 4
     assert [(a.alert_id, a.state) for a in alerts] == [("a-1", "cleared")]
     monitor.reset_stream("a")
