@@ -355,6 +355,8 @@ class Daemon:
     def _ready(self) -> tuple[bool, str]:
         if not self.link.connected:
             return False, f"not connected to the broker: {self.link.last_error or 'connecting'}"
+        if not self.link.subscribed:
+            return False, f"not subscribed to the telemetry topics: {self.link.last_error or 'subscribing'}"
         return True, ""
 
     # -- the loop ------------------------------------------------------------------------------------------------

@@ -111,7 +111,7 @@ class DetectorConfig:
     scale_adapt: int = 10_000
     prior_weight: int = 100
     record_decay: float = 0.01
-    record_cap: float = 15.0
+    record_cap: float = 9.0
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
@@ -169,8 +169,9 @@ def window_deviation(windows: np.ndarray) -> np.ndarray:
     """How far each window's last step lies from the rest of its window ``[n, W, C]``, in robust scales (``[n]``).
 
     The largest channel's ``|x_last − median| / scale`` (``preprocess.robust_location_scale`` of the earlier steps);
-    NaN for a window without a last value or with fewer than ``DEVIATION_MIN_VALUES`` earlier values. Invariant to
-    the stream's scaling, so it is the same before and after ``preprocess.scale_windows``.
+    NaN for a window without a last value or with fewer than ``DEVIATION_MIN_VALUES`` earlier values (all ``W − 1``
+    of them when the window is shorter). Invariant to the stream's scaling, so it is the same before and after
+    ``preprocess.scale_windows``.
     """
     n, w, c = windows.shape
     earlier = np.asarray(windows[:, :-1], dtype=np.float64).transpose(0, 2, 1).reshape(n * c, w - 1)
@@ -178,7 +179,7 @@ def window_deviation(windows: np.ndarray) -> np.ndarray:
     last = np.asarray(windows[:, -1], dtype=np.float64).reshape(n * c)
     # A scale read off a handful of values (a stream's first readings, a window that is mostly gap) is noise and
     # made every new stream's first readings look like faults: too few earlier values give no deviation.
-    enough = np.isfinite(earlier).sum(axis=1) >= DEVIATION_MIN_VALUES
+    enough = np.isfinite(earlier).sum(axis=1) >= min(DEVIATION_MIN_VALUES, w - 1)
     dev = np.where(enough, np.abs(last - loc) / scale, np.nan).reshape(n, c)
     seen = np.isfinite(dev)
     return np.where(seen.any(axis=1), np.where(seen, dev, -np.inf).max(axis=1), np.nan)

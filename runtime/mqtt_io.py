@@ -252,6 +252,7 @@ class MqttLink:
         self._on_drop = on_drop
         self._on_refused = on_refused
         self.connected = False
+        self.subscribed = False  # the broker acknowledged the telemetry subscriptions of the current connection
         self._stopping = False
         self.connects = 0
         self.last_error: str | None = None
@@ -285,6 +286,7 @@ class MqttLink:
         client.reconnect_delay_set(cfg.reconnect_min, cfg.reconnect_min)
         client.on_connect = self._on_connect
         client.on_connect_fail = self._on_connect_fail
+        client.on_subscribe = self._on_subscribe
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
         return client
@@ -358,7 +360,7 @@ class MqttLink:
             )
             log.error("%s", self.last_error)
             return
-        self.connected = True
+        self.connected, self.subscribed = True, False
         self.connects += 1
         self.last_error = None
         self._attempt = 0
@@ -368,6 +370,14 @@ class MqttLink:
         self.publish_status({"state": "online", "reason": ""})
         log.info("connected to %s:%s (session present: %s), subscribed to %s", self.config.host, self.config.port,
                  flags.session_present, [t.filter for t in self.templates])  # fmt: skip
+
+    def _on_subscribe(self, client, userdata, mid, reason_codes, properties) -> None:
+        # Ready means readings reach us: a publish between CONNACK and SUBACK finds no subscriber and is lost.
+        refused = [t.filter for t, code in zip(self.templates, reason_codes) if code.is_failure]
+        if refused:
+            self.last_error = f"broker refused the subscription to {refused}; check the broker's ACL for this user"
+            log.error("%s", self.last_error)
+        self.subscribed = len(refused) < len(self.templates)
 
     def _next_delay(self) -> float:
         delay = backoff_delay(self._attempt, self.config.reconnect_min, self.config.reconnect_max, self._rng)
@@ -382,7 +392,7 @@ class MqttLink:
         log.error("%s; retrying in %.1f s", self.last_error, delay)
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
-        was_connected, self.connected = self.connected, False
+        was_connected, self.connected, self.subscribed = self.connected, False, False
         if self._stopping:
             return
         delay = self._next_delay()
