@@ -338,10 +338,12 @@ def export_encoder(
     calibration_series: list[np.ndarray] | None,
     max_calibration_steps: int = 4000,
     graph_names: list[str] | None = None,
+    with_prior: bool = True,
 ) -> Engine:
     """Export, write the card, calibrate on normal series with the runtime's scoring, and reload the result.
 
-    ``graph_names``: the extra graphs to embed (``build_graphs``; default all that apply).
+    ``graph_names``: the extra graphs to embed (``build_graphs``; default all that apply). ``with_prior``: write the
+    card's ``detector_prior`` from the calibration series (off for a general model, see ``training.commands``).
     """
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
@@ -353,9 +355,10 @@ def export_encoder(
         if calibration_series:
             staged_engine = load_engine(staged, "cpu")
             card.calibration = calibration_stats(staged_engine, calibration_series, max_calibration_steps)
-            # The detector's cold-start prior: its signals on the same normal data, as fresh streams see them.
-            budget = max(max_calibration_steps, 20_000)
-            card.detector_prior = detector_prior(staged_engine, calibration_series, max_steps=budget)
+            if with_prior:
+                # The detector's cold-start prior: its signals on the same normal data, as fresh streams see them.
+                budget = max(max_calibration_steps, 20_000)
+                card.detector_prior = detector_prior(staged_engine, calibration_series, max_steps=budget)
             write_card(staged, card)
         os.replace(staged, out)
         os.replace(sidecar_path(staged), sidecar_path(out))

@@ -128,7 +128,8 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
                    "(default: every one that applies; each stores its own copy of the weights)")
     p.add_argument("--general", action="store_true", help="a general-purpose model (input_dims 1 only): per-stream "
                    "scaling, each channel scored on its own with shared weights, channel 'value', identity "
-                   "normalisation (the training normalisation is folded into the weights)")
+                   "normalisation (the training normalisation is folded into the weights), no detector prior "
+                   "(each stream learns its own signal statistics)")
 
 
 def _run_parser(sub: argparse._SubParsersAction) -> None:

@@ -100,6 +100,17 @@ def test_export_general_folds_the_normalisation_and_marks_the_card(shifted_npy, 
     np.testing.assert_allclose(g.encode(raw, mask, t), p.encode(normed.astype(np.float32), mask, t), atol=1e-4)
 
 
+def test_export_general_writes_no_detector_prior_where_a_plain_export_does(shifted_npy, capsys):
+    ckpt = shifted_npy / "prior.pt"
+    assert main(["train", str(shifted_npy / "one.npy"), "--out", str(ckpt), *TINY]) == 0
+    common = ["--window", "32", "--calibration-steps", "200", "--graphs", "none"]
+    for name, extra in (("plain", []), ("general", ["--general"])):
+        assert main(["export", str(ckpt), "--out", str(shifted_npy / f"{name}-prior.onnx"), *common, *extra]) == 0
+    capsys.readouterr()
+    assert load_engine(shifted_npy / "plain-prior.onnx", "cpu").card.detector_prior["n"] > 0
+    assert not load_engine(shifted_npy / "general-prior.onnx", "cpu").card.detector_prior
+
+
 def test_export_general_refuses_a_multichannel_model(shifted_npy, capsys):
     ckpt = shifted_npy / "two.pt"
     assert main(["train", str(shifted_npy / "two.npy"), "--out", str(ckpt), *TINY]) == 0
