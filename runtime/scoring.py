@@ -175,7 +175,15 @@ class StreamState:
         """Rebuild from ``state_dict()`` output, or from it after ``{k: v.tolist()}`` and a JSON round trip."""
         obj = cls._from_config(json.loads(str(np.asarray(state["config"]))))
         arrays = {}
+        # A field newer than the state (a checkpoint written by an earlier version) starts fresh for every stream.
+        present = [name for name in obj._names if name in state]
+        if not present:
+            raise ValueError(f"state has none of the fields {list(obj._names)}")
+        fresh = obj._fresh(int(np.shape(state[present[0]])[0]))
         for name in obj._names:
+            if name not in state:
+                arrays[name] = fresh[name]
+                continue
             template = getattr(obj, name)
             arr = np.asarray(state[name], dtype=template.dtype)
             if arr.size == 0:

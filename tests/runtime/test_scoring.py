@@ -317,3 +317,15 @@ def test_from_state_rejects_inconsistent_arrays():
     state["ring_"] = np.zeros((2, 5))
     with pytest.raises(ValueError, match="ring_"):
         ScoreHistory.from_state(state)
+
+
+def test_from_state_gives_a_field_the_state_lacks_fresh_rows_and_keeps_the_others():
+    hist = ScoreHistory(z=4, n_streams=2)
+    hist.push(np.array([0, 1]), np.array([0.5, 0.7]))
+    state = hist.state_dict()
+    del state["count_"]  # a checkpoint written before the field existed
+    restored = ScoreHistory.from_state(state)
+    np.testing.assert_array_equal(restored.count_, [0, 0])
+    np.testing.assert_array_equal(restored.ring_, hist.ring_)
+    with pytest.raises(ValueError, match="none of the fields"):
+        ScoreHistory.from_state({"config": state["config"]})
