@@ -29,6 +29,7 @@ from typing import Any, Mapping
 from .alerts import AlertConfig
 from .detector import DetectorConfig
 from .engine import ENGINE_CHOICES
+from .payloads import channel_renames
 from .sharding import Shard
 from .windows import WindowConfig
 
@@ -176,12 +177,24 @@ class InputConfig:
                            "are rejected as absurd", 86400.0)  # fmt: skip
     unknown_channels: str = _doc("a channel the model does not know: reject the reading, or ignore the channel",
                                  "reject")  # fmt: skip
+    rename: list[str] = _doc("channel renames SENT=CHANNEL, applied before channels are checked: a sensor's name for "
+                             "a value -> the model's channel name (e.g. [\"O2Sat=SpO2\", \"Resp=RESP\"])",
+                             factory=list)  # fmt: skip
     log_interval: float = _doc("seconds between log lines about one kind of bad input", 10.0)
     dead_letter_interval: float = _doc("seconds between dead-letter samples of one kind of bad input", 1.0)
 
     def __post_init__(self) -> None:
         if self.unknown_channels not in ("reject", "ignore"):
             raise ConfigError(f"input.unknown_channels must be 'reject' or 'ignore', got {self.unknown_channels!r}")
+        try:
+            channel_renames(self.rename)
+        except ValueError as exc:
+            raise ConfigError(f"input.rename: {exc}") from None
+
+    @property
+    def renames(self) -> dict[str, str]:
+        """``rename`` as a mapping, sent name → model channel."""
+        return channel_renames(self.rename)
 
 
 @dataclass

@@ -445,7 +445,9 @@ class Daemon:
     def _ingest(self, items: list[Telemetry]) -> None:
         if not items:
             return
-        channels = self.engine.card.channels
+        card = self.engine.card
+        # A channel-independent model scores every channel a stream sends on its own lane: any name is a channel.
+        channels = None if card.channel_mode == "independent" else card.channels
         now = time.time()
         for item in items:
             self.metrics.inc("trep_edge_messages_total")
@@ -461,7 +463,7 @@ class Daemon:
             horizon = time.time() - 600
             self._arrivals = {k: v for k, v in self._arrivals.items() if v > horizon}
 
-    def _ingest_one(self, item: Telemetry, channels: list[str], now: float) -> None:
+    def _ingest_one(self, item: Telemetry, channels: list[str] | None, now: float) -> None:
         cfg = self.config.input
         if not item.matched:
             self._reject(TOPIC_KIND, "topic matches no template in mqtt.topics", item)
@@ -470,7 +472,7 @@ class Daemon:
             self.metrics.inc(OTHER_SHARD_METRIC)
             return
         readings, errors = parse_payload_lenient(item.payload, item.stream, channels, now, cfg.max_bytes,
-                                                 cfg.max_skew, cfg.unknown_channels)  # fmt: skip
+                                                 cfg.max_skew, cfg.unknown_channels, cfg.renames)  # fmt: skip
         if item.stream is None and self.shard.count > 1:
             # Streams named in the payload: keep this shard's readings. Bad input of such messages names no stream
             # to route it by, so shard 0 alone reports it rather than every shard once.

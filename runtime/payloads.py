@@ -37,7 +37,10 @@ the non-standard JSON literal ``NaN`` is also read as missing, because that is w
 are ``non_finite``; strings are ``wrong_type`` (``"72"`` is a producer bug to fix, not to guess at) except
 spellings of non-finite numbers (``"NaN"``, ``"inf"``), which are ``non_finite``; booleans, arrays and objects are
 ``wrong_type``. Channels not in the model card are ``unknown_channel`` with ``unknown_channels="reject"``, or
-dropped with ``"ignore"``; a reading left without any known channel is ``empty``. A timestamp more than
+dropped with ``"ignore"``; a reading left without any known channel is ``empty``. A channel-independent model
+(``channels=None``) knows every channel a stream sends, as long as its name is 1..128 printable characters (the
+rules of stream ids below); other names are unknown channels. ``rename`` (``[input] rename``) maps the names a
+sensor sends to the model's channel names before any of this (``{"O2Sat": "SpO2"}``). A timestamp more than
 ``max_skew`` seconds from ``now`` (either way) is ``absurd_timestamp`` (milliseconds sent as seconds, a device
 clock at 1970).
 
@@ -58,7 +61,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 MALFORMED_KINDS = (
     "not_json",
@@ -112,23 +115,32 @@ class Reading:
 @dataclass(frozen=True)
 class _Context:
     topic_stream: str | None
-    channels: frozenset[str]
+    channels: frozenset[str] | None  # None: any well-formed channel name (a channel-independent model)
     now: float
     max_skew: float
     ignore_unknown: bool
+    rename: Mapping[str, str]
+
+    def knows(self, channel: str) -> bool:
+        return valid_stream_id(channel) if self.channels is None else channel in self.channels
+
+    def known_names(self) -> str:
+        return "any printable name" if self.channels is None else f"the model's {sorted(self.channels)}"
 
 
 def parse_payload(
     payload: bytes,
     stream: str | None,
-    channels: Sequence[str],
+    channels: Sequence[str] | None,
     now: float,
     max_bytes: int = 65536,
     max_skew: float = 86400.0,
     unknown_channels: str = "reject",
+    rename: Mapping[str, str] | None = None,
 ) -> list[Reading]:
     """Parse a message into readings, all or nothing: raise the first ``PayloadError`` (module docstring)."""
-    readings, errors = parse_payload_lenient(payload, stream, channels, now, max_bytes, max_skew, unknown_channels)
+    readings, errors = parse_payload_lenient(payload, stream, channels, now, max_bytes, max_skew, unknown_channels,
+                                             rename)  # fmt: skip
     if errors:
         raise errors[0]
     return readings
@@ -137,22 +149,25 @@ def parse_payload(
 def parse_payload_lenient(
     payload: bytes,
     stream: str | None,
-    channels: Sequence[str],
+    channels: Sequence[str] | None,
     now: float,
     max_bytes: int = 65536,
     max_skew: float = 86400.0,
     unknown_channels: str = "reject",
+    rename: Mapping[str, str] | None = None,
 ) -> tuple[list[Reading], list[PayloadError]]:
     """Parse a message into its good readings and one ``PayloadError`` per rejected reading; never raises on data.
 
     ``stream`` is the stream id from the topic (None when the topic carries none), ``channels`` the model card's
-    channel names, ``now`` the receive time in epoch seconds.
+    channel names (None for a channel-independent model: any well-formed name), ``now`` the receive time in epoch
+    seconds, ``rename`` sent name → model channel.
     """
     if unknown_channels not in UNKNOWN_CHANNEL_POLICIES:
         raise ValueError(f"unknown_channels must be one of {UNKNOWN_CHANNEL_POLICIES}, got {unknown_channels!r}")
     if not math.isfinite(now):
         raise ValueError(f"now must be a finite epoch time in seconds, got {now}")
-    ctx = _Context(stream, frozenset(channels), float(now), float(max_skew), unknown_channels == "ignore")
+    known = None if channels is None else frozenset(channels)
+    ctx = _Context(stream, known, float(now), float(max_skew), unknown_channels == "ignore", dict(rename or {}))
     try:
         document = _decode(payload, max_bytes)
         if stream is not None:
@@ -173,6 +188,17 @@ def parse_payload_lenient(
         raise PayloadError("not_object", f"expected a JSON object or array, got {_json_type(document)}")
     except PayloadError as exc:
         return [], [exc]
+
+
+def channel_renames(entries: Iterable[str]) -> dict[str, str]:
+    """``["O2Sat=SpO2", "Resp=RESP"]`` → ``{"O2Sat": "SpO2", "Resp": "RESP"}`` (sent name → model channel)."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        old, sep, new = (part.strip() for part in entry.partition("="))
+        if not sep or not old or not new:
+            raise ValueError(f"rename entry {entry.strip()!r} must look like SENT_NAME=CHANNEL")
+        out[old] = new
+    return out
 
 
 def _decode(payload: bytes, max_bytes: int) -> Any:
@@ -299,7 +325,7 @@ def _known_values(values: dict[str, float], unknown: list[str], ctx: _Context) -
     """The reading's known channels, or the error its unknown or missing channels deserve."""
     if unknown and not ctx.ignore_unknown:
         names = ", ".join(repr(n[:40]) for n in unknown[:5])
-        raise PayloadError("unknown_channel", f"channel(s) {names} not in the model's {sorted(ctx.channels)}")
+        raise PayloadError("unknown_channel", f"channel(s) {names} not in {ctx.known_names()}")
     if not values:
         dropped = f" (ignored unknown channels {unknown[:5]})" if unknown else ""
         raise PayloadError("empty", f"the reading has no value of a known channel{dropped}")
@@ -318,7 +344,8 @@ def _reading(obj: Any, default_stream: Any, ctx: _Context) -> Reading:
     values: dict[str, float] = {}
     unknown: list[str] = []
     for name, value in raw.items():
-        if name in ctx.channels:
+        name = ctx.rename.get(name, name)
+        if ctx.knows(name):
             values[name] = _value(value, f"values[{name!r}]")
         else:
             unknown.append(name)
@@ -340,7 +367,7 @@ def _reading_batch(items: list, default_stream: Any, ctx: _Context) -> tuple[lis
 
 def _senml_channel(name: str, relative: str, ctx: _Context) -> tuple[str, str]:
     """(channel, stream prefix) of a SenML record; the channel may be unknown."""
-    if relative in ctx.channels:
+    if relative and ctx.channels is not None and relative in ctx.channels:
         channel = relative
     else:
         channel = _SEPARATORS.split(name)[-1]
@@ -392,6 +419,7 @@ def _senml(records: list, ctx: _Context) -> tuple[list[Reading], list[PayloadErr
             resolved = base_time + _finite(record.get("t", 0.0), "t")
             timestamp = ctx.now + resolved if resolved < SENML_RELATIVE_LIMIT else resolved
             channel, prefix = _senml_channel(name, relative, ctx)
+            channel = ctx.rename.get(channel, channel)
             stream = ctx.topic_stream if ctx.topic_stream is not None else prefix
             if not stream:
                 raise PayloadError("missing_field", f"no stream: the topic names none and {name!r} has no prefix")
@@ -403,13 +431,13 @@ def _senml(records: list, ctx: _Context) -> tuple[list[Reading], list[PayloadErr
         values = groups.setdefault(key, {})
         try:
             _check_skew(timestamp, ctx)
-            if channel not in ctx.channels and not ctx.ignore_unknown:
-                known = sorted(ctx.channels)
-                raise PayloadError("unknown_channel", f"{name!r} maps to channel {channel!r}, not in {known}")
+            if not ctx.knows(channel) and not ctx.ignore_unknown:
+                raise PayloadError("unknown_channel",
+                                   f"{name!r} maps to channel {channel!r}, not in {ctx.known_names()}")
         except PayloadError as exc:
             failed.setdefault(key, PayloadError(exc.kind, str(exc), i))
             continue
-        if channel in ctx.channels:
+        if ctx.knows(channel):
             total = base_value + value
             if math.isinf(total):
                 failed.setdefault(key, PayloadError("non_finite", f"{name!r}: bv + v overflows", i))

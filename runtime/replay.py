@@ -32,6 +32,8 @@ from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.physionet import VITALS, iter_patients
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
 
+from .payloads import channel_renames
+
 log = logging.getLogger(__name__)
 
 FORMATS = ".txt (UCR anomaly), .csv (sensor CSV: trep-edge train --help), .tar.gz (PhysioNet 2019, one bed per patient)"
@@ -49,15 +51,7 @@ class RecordedSeries:
 
 def parse_rename(text: str | None) -> dict[str, str]:
     """``"O2Sat=SpO2,Resp=RESP"`` → ``{"O2Sat": "SpO2", "Resp": "RESP"}`` (dataset column → model channel)."""
-    out = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        if "=" not in part:
-            raise ValueError(f"rename entry {part!r} must look like DATASET_COLUMN=CHANNEL")
-        old, new = (s.strip() for s in part.split("=", 1))
-        out[old] = new
-    return out
+    return channel_renames(part for part in (text or "").split(",") if part.strip())
 
 
 def load_series(

@@ -128,3 +128,11 @@ def test_example_config_loads_and_documents_every_field():
         for name in field_types(section_class(section)):
             assert re.search(rf"^{name} = ", text, re.M), f"deploy/monitor.toml lacks {section}.{name}"
             assert field_doc(section_class(section), name), f"{section}.{name} is undocumented"
+
+
+def test_input_renames_are_parsed_and_a_malformed_entry_is_refused_with_the_form():
+    from trep_edge.runtime.config import ConfigError, InputConfig
+
+    assert InputConfig(rename=["O2Sat=SpO2", " Resp = RESP "]).renames == {"O2Sat": "SpO2", "Resp": "RESP"}
+    with pytest.raises(ConfigError, match="SENT_NAME=CHANNEL"):
+        InputConfig(rename=["O2Sat"])

@@ -248,3 +248,27 @@ def test_fuzzed_bytes_and_json_only_ever_raise_payload_errors():
         for _ in range(rng.randrange(1, 4)):
             base[rng.randrange(len(base))] = rng.randrange(256)
         check_only_payload_errors(bytes(base[: rng.randrange(len(base) + 1)]))
+
+
+def test_renames_map_sent_names_to_model_channels_in_json_and_senml():
+    rename = {"O2Sat": "SpO2", "Resp": "RESP"}
+    [reading] = parse({"ts": NOW, "values": {"HR": 70, "O2Sat": 97, "Resp": 15}}, rename=rename)
+    assert reading.values == {"HR": 70.0, "SpO2": 97.0, "RESP": 15.0}
+    [reading] = parse([{"bn": "urn:dev:bed12:", "bt": NOW, "n": "O2Sat", "v": 96}], rename=rename)
+    assert reading.values == {"SpO2": 96.0}
+    assert kind_of({"ts": NOW, "values": {"O2Sat": 97}}) == "unknown_channel"  # without the rename
+
+
+def test_a_channel_independent_model_knows_every_printable_channel_name():
+    def parse_any(payload, **kw):
+        return parse_payload_lenient(json.dumps(payload).encode(), "pump7", None, NOW, **kw)
+
+    readings, errors = parse_any({"ts": NOW, "values": {"pressure": 2.5, "temp_C": 41.0, "vib x": 0.01}})
+    assert not errors and readings[0].values == {"pressure": 2.5, "temp_C": 41.0, "vib x": 0.01}
+    readings, errors = parse_any([{"bn": "urn:dev:pump7:", "bt": NOW, "n": "flow", "v": 3.0}])
+    assert not errors and readings[0].values == {"flow": 3.0}
+    for bad in ("", "a\u202eb", "x" * 129, "line\nfeed"):
+        readings, errors = parse_any({"ts": NOW, "values": {bad: 1.0}})
+        assert not readings and [e.kind for e in errors] == ["unknown_channel"], bad
+    readings, errors = parse_any({"ts": NOW, "values": {"a\u200bb": 1.0, "ok": 2.0}}, unknown_channels="ignore")
+    assert not errors and readings[0].values == {"ok": 2.0}

@@ -1,0 +1,119 @@
+"""Any MQTT sensor without training: one daemon with the shipped general model, a real Mosquitto, three streams.
+
+The streams differ in scale by 1e-3, 1 and 1e4 and carry 1, 3 and 7 channels with names the model has never seen
+(a channel-independent model scores every channel a stream sends on its own lane, scaled online per lane). Each
+gets a level shift of 4 scales in one channel, at its own step; the daemon is restarted from its checkpoint
+between the warm-up and the shifts. Each shift must raise an alert in its own stream only, naming the shifted
+channel, and the restarted daemon must resume every lane's learned scale instead of warming up again.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from broker import Broker, Collector, DaemonProcess, daemon_tables, publish
+
+MODEL = Path(__file__).resolve().parents[2] / "models" / "general.onnx"
+TOPIC = "plant/{stream}/data"
+LENGTH, RESTART = 600, 330
+# stream: (scale, channels, shifted channel, step of the shift)
+STREAMS = {
+    "tank-level": (1e-3, ["level"], "level", 400),
+    "press-3": (1.0, ["oil_temp", "pressure", "current"], "pressure", 460),
+    "line7": (1e4, [f"zone{k}" for k in range(1, 8)], "zone5", 520),
+}
+DETECT_WITHIN = 20  # steps after the shift
+
+
+def _series(seed: int, scale: float, channels: list[str], shifted: str, at: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(LENGTH)[:, None]
+    phase = rng.uniform(0, 2 * np.pi, len(channels))
+    x = np.sin(2 * np.pi * t / rng.uniform(40, 70, len(channels)) + phase) + rng.normal(0, 0.1, (LENGTH, len(channels)))
+    x[at:, channels.index(shifted)] += 4.0
+    return scale * x + 5 * scale
+
+
+def _messages(series: dict[str, np.ndarray], t0: float, start: int, stop: int) -> list[tuple[str, str]]:
+    out = []
+    for k in range(start, stop):
+        for stream, values in series.items():
+            names = STREAMS[stream][1]
+            body = {"ts": t0 + k, "values": dict(zip(names, values[k].tolist()))}
+            out.append((TOPIC.replace("{stream}", stream), json.dumps(body)))
+    return out
+
+
+def _state(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+@pytest.fixture(scope="module")
+def any_sensor(tmp_path_factory):
+    if not MODEL.is_file():
+        pytest.skip(f"{MODEL} not found")
+    folder = tmp_path_factory.mktemp("any-sensor")
+    series = {name: _series(i, *spec) for i, (name, spec) in enumerate(STREAMS.items())}
+    broker = Broker(folder / "broker")
+    broker.start()
+    tables = daemon_tables(broker, MODEL, folder, mqtt={"topics": [TOPIC]}, windows={"max_gap": 5})
+    daemon = DaemonProcess(folder, tables)
+    collector = None
+    t0 = float(int(time.time())) - LENGTH
+    try:
+        collector = Collector(broker.port, ["trep-edge/#"])
+        phases = []
+        for start, stop in ((0, RESTART), (RESTART, LENGTH)):
+            daemon.start()
+            daemon.wait_http("/readyz", timeout=60)
+            publish(broker.port, _messages(series, t0, start, stop))
+            # Every step but each stream's newest is final once a newer one arrived.
+            want = sum(1 for k in range(stop - 1) for _ in series)
+            collector.wait_for(lambda c: len(c.select("trep-edge/scores/")) >= want, timeout=120,
+                               what=f"scores up to step {stop - 1}")  # fmt: skip
+            assert daemon.stop(signal.SIGTERM) == 0, daemon.log_text()
+            phases.append(_state(folder / "state.npz"))
+        scores = [m.json() for m in collector.select("trep-edge/scores/")]
+        alerts = [m.json() for m in collector.select("trep-edge/alerts/")]
+    finally:
+        if collector is not None:
+            collector.close()
+        daemon.stop(signal.SIGKILL)
+        broker.stop()
+    return {"t0": t0, "scores": scores, "alerts": alerts, "phases": phases, "log": daemon.log_text()}
+
+
+def _step(body: dict, t0: float) -> int:
+    return int(round(body["timestamp"] - t0))
+
+
+def test_each_level_shift_alerts_in_its_own_stream_only_and_names_the_channel(any_sensor):
+    raised = [(a["stream"], _step(a, any_sensor["t0"]), a["channel"]) for a in any_sensor["alerts"]
+              if a["state"] == "raised"]  # fmt: skip
+    for stream, (_, _, channel, at) in STREAMS.items():
+        inside = [r for r in raised if at <= r[1] <= at + DETECT_WITHIN]
+        assert [(s, c) for s, _, c in inside] == [(stream, channel)], (stream, raised)
+
+
+def test_every_channel_of_every_stream_is_scored_on_its_own_scale(any_sensor):
+    scored = {(s["stream"], s["channel"]) for s in any_sensor["scores"] if s.get("channel")}
+    assert {s for s, _ in scored} == set(STREAMS), scored
+    first, _ = any_sensor["phases"]
+    scales = np.sort(first["scaler/scale_"])
+    assert len(scales) == sum(len(spec[1]) for spec in STREAMS.values())  # one lane per channel
+    # Each lane learned its own sensor's scale: three groups six and four orders of magnitude apart.
+    assert scales[0] < 1e-2 and 0.1 < scales[1] < 10 and scales[-1] > 1e3, scales
+
+
+def test_the_restarted_daemon_resumes_every_lanes_scale_without_warming_up(any_sensor):
+    first, second = any_sensor["phases"]
+    np.testing.assert_array_less(first["scaler/count_"], second["scaler/count_"] + 1)
+    assert (second["scaler/count_"] > first["scaler/count_"]).all()
+    after = [s for s in any_sensor["scores"] if _step(s, any_sensor["t0"]) >= RESTART]
+    assert after and not any(s["warming"] for s in after)
+    assert "restored" in any_sensor["log"].lower()
