@@ -69,7 +69,8 @@ class MqttConfig:
                                86400)  # fmt: skip
     topics: list[str] = _doc("telemetry topic templates; each {name} matches one topic level and the matched "
                              "levels, joined by '/', are the stream id (MQTT wildcards + and # are allowed too; "
-                             "with no {name} the payload must name its stream)",
+                             "with no {name} the payload must name its stream; a {channel} level names the "
+                             "channel instead and its topics carry one plain number each)",
                              factory=lambda: ["sensors/{stream}/telemetry"])  # fmt: skip
     qos: int = _doc("subscription QoS: 1 so a broker blip or daemon restart loses no telemetry", 1)
     username: str = _doc("user name ('' = anonymous)", "")

@@ -31,14 +31,18 @@ from .config import MqttConfig
 log = logging.getLogger(__name__)
 
 _PLACEHOLDER = re.compile(r"^\{(\w+)\}$")
+CHANNEL_LEVEL = "channel"
+"""The template placeholder that names a channel rather than part of the stream id."""
 
 
 class TopicTemplate:
-    """A telemetry topic template such as ``icu/{bed}/vitals``: its subscription filter and stream ids.
+    """A telemetry topic template such as ``icu/{bed}/vitals``: its subscription filter, stream ids and channels.
 
     Each ``{name}`` level matches one topic level (a ``+`` in the filter); MQTT's own ``+`` and ``#`` may
     appear too but name nothing. The stream id is the ``{name}`` levels of a topic joined by ``/``, or None when
-    the template has none (the payload must then carry a stream id).
+    the template has none (the payload must then carry a stream id). A ``{channel}`` level names the channel
+    instead and is not part of the stream id: such topics carry one plain number each (``plant/{machine}/{channel}``
+    with payload ``41.7``), the convention of sensors that publish one topic per value.
     """
 
     def __init__(self, template: str) -> None:
@@ -58,34 +62,39 @@ class TopicTemplate:
                 self._levels.append(("lit", level))
         self.filter = "/".join("+" if kind == "name" else text for kind, text in self._levels)
         self.names = [text for kind, text in self._levels if kind == "name"]
+        if self.names.count(CHANNEL_LEVEL) > 1:
+            raise ValueError(f"topic template {template!r}: at most one {{{CHANNEL_LEVEL}}} level")
 
-    def stream_of(self, topic: str) -> tuple[bool, str | None]:
-        """Return (matches, stream id) for a concrete topic."""
+    def match(self, topic: str) -> tuple[bool, str | None, str | None]:
+        """Return (matches, stream id, channel) for a concrete topic (None: the topic names none)."""
         parts = topic.split("/")
-        values = []
+        values, channel = [], None
         for i, (kind, text) in enumerate(self._levels):
             if kind == "#":
-                return True, "/".join(values) if values else None
+                return True, "/".join(values) if values else None, channel
             if i >= len(parts):
-                return False, None
+                return False, None, None
             if kind == "lit" and parts[i] != text:
-                return False, None
+                return False, None, None
             if kind == "name":
                 if not parts[i]:
-                    return False, None
-                values.append(parts[i])
+                    return False, None, None
+                if text == CHANNEL_LEVEL:
+                    channel = parts[i]
+                else:
+                    values.append(parts[i])
         if len(parts) != len(self._levels):
-            return False, None
-        return True, "/".join(values) if values else None
+            return False, None, None
+        return True, "/".join(values) if values else None, channel
 
 
-def stream_of(templates: list[TopicTemplate], topic: str) -> tuple[bool, str | None]:
-    """The first template matching ``topic`` decides its stream id."""
+def match_topic(templates: list[TopicTemplate], topic: str) -> tuple[bool, str | None, str | None]:
+    """The first template matching ``topic`` decides its stream id and channel."""
     for template in templates:
-        matched, stream = template.stream_of(topic)
-        if matched:
-            return True, stream
-    return False, None
+        found = template.match(topic)
+        if found[0]:
+            return found
+    return False, None, None
 
 
 @dataclass
@@ -99,6 +108,7 @@ class Telemetry:
     received: float  # time.time() at arrival, for latency measurements
     matched: bool = True  # the topic matched a template
     dropped: bool = False
+    channel: str | None = None  # the channel a {channel} topic level names (the payload is then one number)
 
 
 class TelemetryQueue:
@@ -401,9 +411,9 @@ class MqttLink:
                         reason_code, delay)  # fmt: skip
 
     def _on_message(self, client, userdata, message: mqtt.MQTTMessage) -> None:
-        matched, stream = stream_of(self.templates, message.topic)
+        matched, stream, channel = match_topic(self.templates, message.topic)
         item = Telemetry(stream if stream is not None else message.topic, stream, message.topic,
-                         message.payload, time.time(), matched)  # fmt: skip
+                         message.payload, time.time(), matched, channel=channel)  # fmt: skip
         victim = self.queue.put(item)
         if victim is not None and self._on_drop is not None:
             self._on_drop(victim)

@@ -1,6 +1,7 @@
 """Sensor messages → ``Reading``s: the monitor's documented input schema and its validation.
 
-A message (an MQTT payload) is UTF-8 JSON in one of three shapes, told apart by their structure.
+A message (an MQTT payload) is UTF-8 JSON in one of three shapes, told apart by their structure, or one plain
+number when its topic names the channel (shape 4).
 
 1. **One reading**, a JSON object with ``values``::
 
@@ -30,6 +31,10 @@ A message (an MQTT payload) is UTF-8 JSON in one of three shapes, told apart by 
      ``:`` or ``/`` (``urn:dev:bed12:HR`` → ``HR``). Without a topic stream, the stream is the rest of the name
      with trailing separators removed (``urn:dev:bed12``).
    - Records of the same stream and resolved time form one reading.
+4. **One number per topic**, when the topic template has a ``{channel}`` level (``plant/{machine}/{channel}``):
+   the payload is the channel's value as JSON (``41.7``, ``-3``, ``null`` or ``NaN`` for missing), timestamped
+   with the receive time; values of one stream that arrive within one period merge into one time step. Anything
+   else is ``wrong_type`` (an object or array on such a topic is a producer using the wrong topic).
 
 Validation of every value (``values`` entries and SenML ``v``): a number is accepted; ``null`` is missing (NaN);
 the non-standard JSON literal ``NaN`` is also read as missing, because that is what common float serialisers
@@ -137,10 +142,11 @@ def parse_payload(
     max_skew: float = 86400.0,
     unknown_channels: str = "reject",
     rename: Mapping[str, str] | None = None,
+    channel: str | None = None,
 ) -> list[Reading]:
     """Parse a message into readings, all or nothing: raise the first ``PayloadError`` (module docstring)."""
     readings, errors = parse_payload_lenient(payload, stream, channels, now, max_bytes, max_skew, unknown_channels,
-                                             rename)  # fmt: skip
+                                             rename, channel)  # fmt: skip
     if errors:
         raise errors[0]
     return readings
@@ -155,12 +161,14 @@ def parse_payload_lenient(
     max_skew: float = 86400.0,
     unknown_channels: str = "reject",
     rename: Mapping[str, str] | None = None,
+    channel: str | None = None,
 ) -> tuple[list[Reading], list[PayloadError]]:
     """Parse a message into its good readings and one ``PayloadError`` per rejected reading; never raises on data.
 
     ``stream`` is the stream id from the topic (None when the topic carries none), ``channels`` the model card's
     channel names (None for a channel-independent model: any well-formed name), ``now`` the receive time in epoch
-    seconds, ``rename`` sent name → model channel.
+    seconds, ``rename`` sent name → model channel, ``channel`` the channel a ``{channel}`` topic level names (the
+    payload is then one number).
     """
     if unknown_channels not in UNKNOWN_CHANNEL_POLICIES:
         raise ValueError(f"unknown_channels must be one of {UNKNOWN_CHANNEL_POLICIES}, got {unknown_channels!r}")
@@ -172,6 +180,8 @@ def parse_payload_lenient(
         document = _decode(payload, max_bytes)
         if stream is not None:
             _check_stream_id(stream, "topic stream")
+        if channel is not None:
+            return [_topic_value(document, channel, ctx)], []
         if isinstance(document, dict):
             if "readings" in document:
                 items = document["readings"]
@@ -351,6 +361,16 @@ def _reading(obj: Any, default_stream: Any, ctx: _Context) -> Reading:
             unknown.append(name)
     values = _known_values(values, unknown, ctx)
     return Reading(stream, _timestamp(obj.get("ts"), ctx), values)
+
+
+def _topic_value(document: Any, channel: str, ctx: _Context) -> Reading:
+    """Shape 4: one plain number on a topic that names its channel."""
+    if isinstance(document, (dict, list)):
+        raise PayloadError("wrong_type", f"a {{channel}} topic carries one number, got {_json_type(document)}")
+    value = _value(document, f"channel {channel[:40]!r}")
+    name = ctx.rename.get(channel, channel)
+    values = _known_values({name: value} if ctx.knows(name) else {}, [] if ctx.knows(name) else [name], ctx)
+    return Reading(_resolve_stream(ctx, None), ctx.now, values)
 
 
 def _reading_batch(items: list, default_stream: Any, ctx: _Context) -> tuple[list[Reading], list[PayloadError]]:

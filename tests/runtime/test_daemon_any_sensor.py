@@ -117,3 +117,28 @@ def test_the_restarted_daemon_resumes_every_lanes_scale_without_warming_up(any_s
     after = [s for s in any_sensor["scores"] if _step(s, any_sensor["t0"]) >= RESTART]
     assert after and not any(s["warming"] for s in after)
     assert "restored" in any_sensor["log"].lower()
+
+
+def test_one_plain_number_per_topic_is_a_reading_of_the_channel_the_topic_names(tmp_path):
+    broker = Broker(tmp_path / "broker")
+    broker.start()
+    tables = daemon_tables(broker, MODEL, tmp_path, mqtt={"topics": ["plant/{stream}/value/{channel}"]})
+    daemon = DaemonProcess(tmp_path, tables)
+    collector = Collector(broker.port, ["trep-edge/dead-letter"])
+    try:
+        daemon.start()
+        daemon.wait_http("/readyz", timeout=60)
+        publish(broker.port, [("plant/press-3/value/oil_temp", "41.7"), ("plant/press-3/value/pressure", "2.5"),
+                              ("plant/press-3/value/current", "null"), ("plant/press-3/value/pressure", '{"v": 2}')])
+        key = 'trep_edge_malformed_total{kind="wrong_type"}'
+        deadline = time.monotonic() + 20
+        while daemon.metrics().get(key) != 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        metrics = daemon.metrics()
+        assert metrics[key] == 1 and metrics["trep_edge_readings_total"] == 3
+        dead = collector.wait_count("trep-edge/dead-letter", 1)[0].json()
+        assert dead["kind"] == "wrong_type" and "one number" in dead["error"]
+    finally:
+        collector.close()
+        daemon.stop(signal.SIGKILL)
+        broker.stop()

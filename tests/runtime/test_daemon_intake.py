@@ -8,7 +8,7 @@ import pytest
 
 from trep_edge.runtime.daemon import BadInput, load_checkpoint, save_checkpoint
 from trep_edge.runtime.http_status import Metrics, monitor_metrics
-from trep_edge.runtime.mqtt_io import Telemetry, TelemetryQueue, TopicTemplate, backoff_delay, stream_of
+from trep_edge.runtime.mqtt_io import Telemetry, TelemetryQueue, TopicTemplate, backoff_delay, match_topic
 
 
 def _msg(stream: str, n: int) -> Telemetry:
@@ -18,15 +18,20 @@ def _msg(stream: str, n: int) -> Telemetry:
 def test_topic_template_gives_the_subscription_filter_and_stream_id():
     t = TopicTemplate("icu/{bed}/vitals")
     assert t.filter == "icu/+/vitals"
-    assert t.stream_of("icu/bed12/vitals") == (True, "bed12")
-    assert t.stream_of("icu/bed12/labs") == (False, None)
-    assert t.stream_of("icu/bed12/vitals/extra") == (False, None)
+    assert t.match("icu/bed12/vitals") == (True, "bed12", None)
+    assert t.match("icu/bed12/labs") == (False, None, None)
+    assert t.match("icu/bed12/vitals/extra") == (False, None, None)
     two = TopicTemplate("site/{site}/+/{sensor}")
-    assert two.filter == "site/+/+/+" and two.stream_of("site/a/x/temp") == (True, "a/temp")
+    assert two.filter == "site/+/+/+" and two.match("site/a/x/temp") == (True, "a/temp", None)
     rest = TopicTemplate("plant/{line}/#")
-    assert rest.filter == "plant/+/#" and rest.stream_of("plant/l3/a/b") == (True, "l3")
-    assert TopicTemplate("telemetry/all").stream_of("telemetry/all") == (True, None)  # stream from the payload
-    assert stream_of([TopicTemplate("a/{x}"), TopicTemplate("b/{y}/c")], "b/7/c") == (True, "7")
+    assert rest.filter == "plant/+/#" and rest.match("plant/l3/a/b") == (True, "l3", None)
+    assert TopicTemplate("telemetry/all").match("telemetry/all") == (True, None, None)  # stream from the payload
+    assert match_topic([TopicTemplate("a/{x}"), TopicTemplate("b/{y}/c")], "b/7/c") == (True, "7", None)
+    per_value = TopicTemplate("plant/{line}/{machine}/{channel}")  # the channel level is not part of the stream
+    assert per_value.filter == "plant/+/+/+"
+    assert per_value.match("plant/l3/press2/oil_temp") == (True, "l3/press2", "oil_temp")
+    with pytest.raises(ValueError, match="at most one"):
+        TopicTemplate("a/{channel}/{channel}")
 
 
 @pytest.mark.parametrize("bad", ["a/#/b", "icu/bed{n}/vitals", "a/b+"])

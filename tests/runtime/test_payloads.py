@@ -272,3 +272,20 @@ def test_a_channel_independent_model_knows_every_printable_channel_name():
         assert not readings and [e.kind for e in errors] == ["unknown_channel"], bad
     readings, errors = parse_any({"ts": NOW, "values": {"a\u200bb": 1.0, "ok": 2.0}}, unknown_channels="ignore")
     assert not errors and readings[0].values == {"ok": 2.0}
+
+
+def test_a_topic_that_names_the_channel_carries_one_plain_number():
+    def one(payload: bytes, channel="SpO2", stream="bed12", **kw):
+        return parse_payload_lenient(payload, stream, CHANNELS, NOW, channel=channel, **kw)
+
+    readings, errors = one(b"97.5")
+    assert not errors and readings == [Reading("bed12", NOW, {"SpO2": 97.5})]
+    assert math.isnan(one(b"null")[0][0].values["SpO2"]) and math.isnan(one(b"NaN")[0][0].values["SpO2"])
+    assert one(b"15", channel="Resp", rename={"Resp": "RESP"})[0][0].values == {"RESP": 15.0}
+    for payload, kind in ((b'{"v": 1}', "wrong_type"), (b"[1]", "wrong_type"), (b'"97"', "wrong_type"),
+                          (b"Infinity", "non_finite"), (b"9x", "not_json"), (b"", "empty")):  # fmt: skip
+        assert [e.kind for e in one(payload)[1]] == [kind], payload
+    assert [e.kind for e in one(b"1", channel="Temp")[1]] == ["unknown_channel"]
+    assert [e.kind for e in one(b"1", stream=None)[1]] == ["missing_field"]
+    # A channel-independent model takes any channel the topic names.
+    assert parse_payload_lenient(b"3.5", "pump7", None, NOW, channel="flow")[0][0].values == {"flow": 3.5}
