@@ -19,6 +19,10 @@ Policies (``WindowConfig`` holds the knobs):
   as ``late``: finalised steps have been scored and published, and history is not rewritten. A stream whose
   readings are late ``reanchor_after`` times in a row has had its clock set back (a device reboot, an NTP jump);
   it is reset to follow the new clock (``reanchors``) instead of dropping everything until its old time.
+- **Jumps ahead.** A reading more than ``max_gap`` steps ahead of everything its stream has sent (a clock slip, a
+  time-zone error) is set aside as ``ahead`` instead of resetting the stream, whose next readings on its own clock
+  then go on as before. Only when ``jump_confirm`` readings in a row arrive that far ahead (a stream back from a
+  long silence, a clock corrected for good) is the jump accepted and the stream follows it.
 - **Gaps.** Between two finalised steps up to ``max_gap`` missing steps are filled with NaN (the model sees them
   as missing; they are not readings and are not scored). A longer gap resets the stream: its window and
   differencing memory start from NaN again, as at a new stream (``resets``), and the next row is flagged so the
@@ -43,7 +47,7 @@ from .model_card import ModelCard
 from .payloads import Reading
 from .preprocess import Normalisation, difference, forward_fill
 
-WINDOW_REJECTIONS = ("late", "empty", "non_finite", "absurd_timestamp", "too_many_streams", "wrong_type")
+WINDOW_REJECTIONS = ("late", "ahead", "empty", "non_finite", "absurd_timestamp", "too_many_streams", "wrong_type")
 """Kinds ``WindowStore.ingest`` (and ``Monitor.ingest``) return for a reading it drops."""
 
 
@@ -58,6 +62,8 @@ class WindowConfig:
             pending step before its ``settle`` wait ends; readings for finalised steps are always dropped as late.
         settle: seconds a step waits after its first reading for other channels of the same step.
         reanchor_after: consecutive late readings after which a stream is reset to follow its new clock; 0 = never.
+        jump_confirm: consecutive readings more than ``max_gap`` steps ahead of a stream after which it follows
+            them; until then they are set aside (``ahead``); 1 = follow at once.
         max_streams: streams kept at most; readings of further new streams are refused (``too_many_streams``).
     """
 
@@ -66,6 +72,7 @@ class WindowConfig:
     late_tolerance: int = 0
     settle: float = 0.0
     reanchor_after: int = 120
+    jump_confirm: int = 3
     max_streams: int = 100_000
 
     def __post_init__(self) -> None:
@@ -79,6 +86,8 @@ class WindowConfig:
             raise ValueError(f"settle must be >= 0 seconds, got {self.settle}")
         if self.reanchor_after < 0:
             raise ValueError(f"reanchor_after must be >= 0 readings (0 = never), got {self.reanchor_after}")
+        if self.jump_confirm < 1:
+            raise ValueError(f"jump_confirm must be >= 1 readings (1 = follow a jump at once), got {self.jump_confirm}")
         if self.max_streams < 1:
             raise ValueError(f"max_streams must be >= 1, got {self.max_streams}")
 
@@ -135,9 +144,9 @@ class _Pending:
 class WindowStore:
     """Windows of every stream of one model (module docstring); stream i is row i of every array."""
 
-    COUNTERS = ("readings_accepted", "late", "duplicate", "gap_filled_steps", "resets", "reanchors", "discarded",
-                "unknown_channel", "empty", "non_finite", "absurd_timestamp", "too_many_streams", "wrong_type", "steps",
-                "incomplete")  # fmt: skip
+    COUNTERS = ("readings_accepted", "late", "ahead", "duplicate", "gap_filled_steps", "resets", "reanchors",
+                "discarded", "unknown_channel", "empty", "non_finite", "absurd_timestamp", "too_many_streams",
+                "wrong_type", "steps", "incomplete")  # fmt: skip
 
     def __init__(self, card: ModelCard, config: WindowConfig = WindowConfig()) -> None:
         self.config = config
@@ -166,8 +175,9 @@ class WindowStore:
         self._started = np.zeros(capacity, dtype=bool)
         self._needs_reset = np.zeros(capacity, dtype=bool)
         self._late_run = np.zeros(capacity, dtype=np.int64)
+        self._ahead_run = np.zeros(capacity, dtype=np.int64)
 
-    _ARRAYS = ("_buf", "_mem", "_fill", "_fill_age", "_last", "_started", "_needs_reset", "_late_run")
+    _ARRAYS = ("_buf", "_mem", "_fill", "_fill_age", "_last", "_started", "_needs_reset", "_late_run", "_ahead_run")
 
     def _grow(self) -> None:
         n = self.n_streams
@@ -203,6 +213,7 @@ class WindowStore:
         self._started[i] = False
         self._needs_reset[i] = False
         self._late_run[i] = 0
+        self._ahead_run[i] = 0
 
     def remove_stream(self, i: int) -> None:
         """Forget stream ``i``; later streams move down by one (``np.delete`` numbering)."""
@@ -220,6 +231,7 @@ class WindowStore:
         self._started[i] = False
         self._needs_reset[i] = True
         self._late_run[i] = 0
+        self._ahead_run[i] = 0
 
     def window_of(self, i: int) -> np.ndarray:
         """A copy of stream ``i``'s current prepared window ``[W, C]`` (oldest step first)."""
@@ -276,6 +288,12 @@ class WindowStore:
             self._pending[i].clear()
             self.request_reset(i)
         self._late_run[i] = 0
+        newest = max(self._pending[i], default=int(self._last[i]) if self._started[i] else None)
+        if newest is not None and k - newest > self.config.max_gap + 1:
+            self._ahead_run[i] += 1
+            if self._ahead_run[i] < self.config.jump_confirm:
+                return self._reject("ahead")
+        self._ahead_run[i] = 0
         pending = self._pending[i].get(k)
         if pending is None:
             pending = _Pending(np.full(len(self.channels), np.nan), timestamp,
@@ -486,6 +504,8 @@ class WindowStore:
             store.add_stream(name)
         n = store.n_streams
         for name in cls._ARRAYS:
+            if name.lstrip("_") not in state:  # saved before the field existed: it starts fresh
+                continue
             arr = np.asarray(state[name.lstrip("_")], dtype=getattr(store, name).dtype)
             target = getattr(store, name)[:n]
             if arr.size == 0 and target.size == 0:

@@ -88,3 +88,26 @@ def test_bad_input_is_logged_at_a_rate_limit(tmp_path, broker, daemons, vitals_m
         time.sleep(0.1)
     assert daemon.metrics().get('trep_edge_malformed_total{kind="not_json"}') == 50
     assert daemon.log_text().count("as not_json") == 1  # one line for the first, the next in 60 s with the count
+
+
+def test_one_reading_an_hour_ahead_is_set_aside_and_the_stream_is_not_reset(tmp_path, broker, daemons, collectors,
+                                                                             vitals_model):  # fmt: skip
+    tables = daemon_tables(broker, vitals_model, tmp_path, mqtt={"topics": ["icu/{bed}/vitals"]})
+    daemon = daemons(tmp_path, tables)
+    scores = collectors(broker.port, ["trep-edge/scores/#"])
+    daemon.start()
+    daemon.wait_http("/readyz")
+    t0 = float(int(time.time())) - 200
+
+    def reading(t: float) -> tuple[str, bytes]:
+        return "icu/bed1/vitals", json.dumps({"ts": t, "values": {"HR": 70 + t % 5, "SpO2": 97, "RESP": 16}}).encode()
+
+    # A time-zone slip: one reading stamped an hour ahead between readings on the stream's own clock.
+    publish(broker.port, [reading(t0 + k) for k in range(60)] + [reading(t0 + 60 + 3600)]
+            + [reading(t0 + k) for k in range(60, 120)])  # fmt: skip
+    scores.wait_for(lambda c: len(c.select("trep-edge/scores/")) >= 119, timeout=30, what="119 scores")
+    metrics = daemon.metrics()
+    assert metrics['trep_edge_rejected_total{kind="ahead"}'] == 1 and metrics["trep_edge_readings_total"] == 120
+    assert metrics['trep_edge_monitor_events_total{event="resets"}'] == 0
+    steps = sorted(m.json()["step"] for m in scores.select("trep-edge/scores/"))
+    assert steps == list(range(steps[0], steps[0] + len(steps)))  # every reading on the stream's clock, once

@@ -167,7 +167,7 @@ def test_duplicates_are_accepted_and_counted_late_readings_refused_unknown_chann
 
 
 def test_a_short_gap_is_missing_steps_and_a_long_gap_restarts_warm_up(univariate_engine):
-    monitor = Monitor(univariate_engine, WindowConfig(max_gap=5), detector=cold(3))
+    monitor = Monitor(univariate_engine, WindowConfig(max_gap=5, jump_confirm=1), detector=cold(3))
     scored, alerts = run(monitor, faulty("a", range(10), faults=[9]))
     assert [a.state for a in alerts] == ["raised"] and alerts[0].alert_id == "a-1"
     scored, _ = run(monitor, [value("a", 13, 0.1)])  # 3 missing steps: filled, not scored

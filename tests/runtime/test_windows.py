@@ -187,7 +187,7 @@ def test_a_short_gap_is_filled_with_missing_steps():
 
 
 def test_a_long_gap_resets_the_window_and_differencing_memory():
-    store = WindowStore(make_card(differencing=1), WindowConfig(max_gap=3))
+    store = WindowStore(make_card(differencing=1), WindowConfig(max_gap=3, jump_confirm=1))  # follow jumps at once
     for t in range(4):
         feed(store, "a", t, HR=t, SpO2=t)
     feed(store, "a", 8, HR=8, SpO2=8)  # gap of 4 steps after step 3, in the same batch
@@ -202,7 +202,7 @@ def test_a_long_gap_resets_the_window_and_differencing_memory():
 
 
 def test_a_long_gap_before_the_first_new_step_resets_without_an_empty_segment():
-    store = WindowStore(make_card(), WindowConfig(max_gap=2))
+    store = WindowStore(make_card(), WindowConfig(max_gap=2, jump_confirm=1))
     feed(store, "a", 0, HR=1, SpO2=1)
     feed(store, "b", 0, HR=1, SpO2=1)
     store.collect(now=0.0)
@@ -211,6 +211,32 @@ def test_a_long_gap_before_the_first_new_step_resets_without_an_empty_segment():
     batch = store.collect(now=0.0)
     assert batch.reset.tolist() == [True, False]
     assert np.isnan(batch.windows[0][:-1]).all() and not np.isnan(batch.windows[1][-2]).any()
+
+
+def test_one_reading_far_ahead_is_set_aside_and_the_stream_keeps_its_clock():
+    store = WindowStore(make_card(), WindowConfig(max_gap=3))
+    for t in range(5):
+        feed(store, "a", t, HR=t, SpO2=1)
+    store.collect(now=0.0)
+    assert feed(store, "a", 3600, HR=99, SpO2=1) == "ahead"  # a time-zone slip: one reading an hour ahead
+    for t in range(5, 8):
+        assert feed(store, "a", t, HR=t, SpO2=1) is None
+    batch = store.collect(now=0.0)
+    assert batch.step.tolist() == [5, 6, 7] and not batch.reset.any()
+    assert store.counters["ahead"] == 1 and store.counters["resets"] == 0
+
+
+def test_readings_that_keep_arriving_far_ahead_are_followed_after_jump_confirm():
+    store = WindowStore(make_card(), WindowConfig(max_gap=3, jump_confirm=3))
+    for t in range(5):
+        feed(store, "a", t, HR=t, SpO2=1)
+    store.collect(now=0.0)
+    assert [feed(store, "a", t, HR=t, SpO2=1) for t in (500, 501, 502, 503)] == ["ahead", "ahead", None, None]
+    batch = store.collect(now=0.0)
+    assert batch.step.tolist() == [502, 503] and batch.reset.tolist() == [True, False]
+    assert store.counters["ahead"] == 2 and store.counters["resets"] == 1
+    restored = WindowStore.from_state(make_card(), {k: v for k, v in store.state_dict().items() if k != "ahead_run"})
+    assert restored.names == ["a"]  # a checkpoint from before the field existed still restores
 
 
 def test_streams_are_independent_and_removal_keeps_the_others():
