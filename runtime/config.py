@@ -156,8 +156,13 @@ class MonitorSettings:
     tick_budget_ms: float = _doc("tick budget in time: the messages taken in per tick are cut so that intake plus "
                                  "scoring stay near this many milliseconds (measured on the last ticks)",
                                  500.0)  # fmt: skip
+    evict_after: float = _doc("seconds without an accepted reading after which a stream is closed: an open alert "
+                              "episode is cleared, its state leaves memory and the checkpoint (a stream that comes "
+                              "back warms up again); 0 = never", 86400.0)  # fmt: skip
 
     def __post_init__(self) -> None:
+        if self.evict_after < 0:
+            raise ConfigError(f"monitor.evict_after must be >= 0 seconds (0 = never), got {self.evict_after}")
         if self.tick_interval <= 0:
             raise ConfigError(f"monitor.tick_interval must be > 0 seconds, got {self.tick_interval}")
         if self.tick_max_messages < 1 or self.tick_budget_ms <= 0:

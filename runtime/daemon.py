@@ -371,6 +371,7 @@ class Daemon:
             self.archive.start(self._archive_header())
         next_tick = time.monotonic() + self.config.monitor.tick_interval
         next_watch = time.monotonic() + self.config.model.watch_interval
+        next_sweep = time.monotonic()
         try:
             while not self._stop.is_set():
                 room = self._allowance - self._taken
@@ -393,6 +394,10 @@ class Daemon:
                 elif self.config.model.watch and now >= next_watch:
                     next_watch = now + self.config.model.watch_interval
                     self._watch_model()
+                evict_after = self.config.monitor.evict_after
+                if evict_after and now >= next_sweep:
+                    next_sweep = now + min(10.0, evict_after / 2)
+                    self._evict(evict_after)
                 if self.config.state.path and now - self._last_checkpoint >= self.config.state.checkpoint_interval:
                     self.checkpoint()
                 self.metrics.set("trep_edge_queue_depth", len(self.queue))
@@ -518,20 +523,12 @@ class Daemon:
 
     def _tick(self) -> None:
         result = self.monitor.tick(time.time())
-        topics, revision = self.config.topics, self.config.revision
+        topics = self.config.topics
         if result.batch_rows:
             self.metrics.observe("trep_edge_inference_batch_rows", result.batch_rows)
             self.metrics.observe("trep_edge_inference_seconds", result.inference_seconds)
         for alert in result.alerts:
-            message = alert_message(alert, self.engine, revision)
-            if self.archive is not None:
-                self.archive.record_alert(message)  # retraining leaves alert ranges out (docs/retraining.md)
-            payload = json.dumps(message)
-            self.link.publish(fill_topic(topics.alerts, alert.stream), payload, qos=1)
-            self.link.publish(fill_topic(topics.state, alert.stream), payload, qos=1, retain=True)
-            self.metrics.inc("trep_edge_alerts_total", state=alert.state)
-            log.info("alert %s %s (%s): score %.3g vs threshold %.3g%s", alert.alert_id, alert.state, alert.severity,
-                     alert.score, alert.threshold, f" (channel {alert.channel})" if alert.channel else "")  # fmt: skip
+            self._publish_alert(alert)
         published = time.time()
         for s in result.scored:
             if topics.scores:
@@ -543,6 +540,28 @@ class Daemon:
         if result.scored:
             self.metrics.inc("trep_edge_scored_total", len(result.scored))
         self.metrics.set("trep_edge_last_tick_timestamp_seconds", published)
+
+    def _publish_alert(self, alert: AlertOut) -> None:
+        topics = self.config.topics
+        message = alert_message(alert, self.engine, self.config.revision)
+        if self.archive is not None:
+            self.archive.record_alert(message)  # retraining leaves alert ranges out (docs/retraining.md)
+        payload = json.dumps(message)
+        self.link.publish(fill_topic(topics.alerts, alert.stream), payload, qos=1)
+        self.link.publish(fill_topic(topics.state, alert.stream), payload, qos=1, retain=True)
+        self.metrics.inc("trep_edge_alerts_total", state=alert.state)
+        log.info("alert %s %s (%s): score %.3g vs threshold %.3g%s", alert.alert_id, alert.state, alert.severity,
+                 alert.score, alert.threshold, f" (channel {alert.channel})" if alert.channel else "")  # fmt: skip
+
+    def _evict(self, after: float) -> None:
+        """Close the streams silent for ``after`` seconds: clear their open episodes, forget their state."""
+        silent = self.monitor.silent(time.time(), after)
+        for stream in silent:
+            for alert in self.monitor.remove_stream(stream):
+                self._publish_alert(alert)
+        if silent:
+            self.metrics.inc("trep_edge_streams_evicted_total", len(silent))
+            log.info("closed %d stream(s) silent for %.0f s (e.g. %s)", len(silent), after, silent[0])
 
     def _update_gauges(self) -> None:
         self.metrics.set("trep_edge_mqtt_connected", 1.0 if self.link.connected else 0.0)

@@ -142,6 +142,7 @@ class Monitor:
         self._names: list[str] = []
         self._index: dict[str, int] = {}
         self._lane_stream = np.zeros(0, dtype=np.int64)
+        self._seen = np.zeros(0)  # per stream: arrival time of its last accepted reading (for eviction)
         self._scaler = self._new_scaler(0)
         self._detector = self._new_detector(0, 0)
         self._tracker = AlertTracker(alerts)
@@ -193,6 +194,7 @@ class Monitor:
             self._names.append(stream)
             self._tracker.add_streams(1)
             self._detector.add(1, 0)
+            self._seen = np.append(self._seen, math.nan)
         self._lane_stream = np.append(self._lane_stream, self._index[stream])
         self._detector.add(0, 1)
         if self._scaler is not None:
@@ -213,7 +215,14 @@ class Monitor:
             kinds.append(self._store.ingest(lane, now))
             if self._store.n_streams > before:
                 self._register_lane(lane.stream, reading.stream)
-        return None if None in kinds else kinds[0]
+        if None not in kinds:
+            return kinds[0]
+        self._seen[self._index[reading.stream]] = time.time() if now is None else now
+        return None
+
+    def silent(self, now: float, after: float) -> list[str]:
+        """Streams whose last accepted reading arrived more than ``after`` seconds before ``now``."""
+        return [self._names[i] for i in np.flatnonzero(now - self._seen > after).tolist()]
 
     def tick(self, now: float) -> TickResult:
         """Score every ready step of every stream (one engine call, or one per round with the step engine)."""
@@ -411,6 +420,7 @@ class Monitor:
             self._scaler.remove_streams(self._scaler_rows(lanes))
         self._detector.remove(np.array([i]), lanes)
         self._tracker.remove_streams(np.array([i]))
+        self._seen = np.delete(self._seen, i)
         self._lane_stream = np.delete(self._lane_stream, lanes)
         self._lane_stream[self._lane_stream > i] -= 1
         del self._index[self._names.pop(i)]
@@ -510,6 +520,7 @@ class Monitor:
         monitor._names = list(config["names"])
         monitor._index = {name: i for i, name in enumerate(monitor._names)}
         monitor._lane_stream = np.asarray(state["monitor/lane_stream"], dtype=np.int64)
+        monitor._seen = np.full(len(monitor._names), time.time())  # silence is counted from the restore
         monitor._tracker = AlertTracker.from_state(part("tracker"))
         monitor._tracker.config = monitor.alert_config
         lanes, streams = store.n_streams, len(monitor._names)

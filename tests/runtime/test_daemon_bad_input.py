@@ -1,9 +1,12 @@
 """Bad input of every kind reaches a running daemon: it stays up, counts each kind, dead-letters samples, and
-scores the next valid reading."""
+scores the next valid reading. Also the stream-level guards: a reading stamped far ahead (a clock slip) does not
+reset its stream, and streams that fall silent are closed instead of holding memory forever."""
 from __future__ import annotations
 
 import json
 import time
+
+import numpy as np
 
 from broker import broker, collectors, daemon_tables, daemons, publish  # noqa: F401 - fixtures
 
@@ -111,3 +114,28 @@ def test_one_reading_an_hour_ahead_is_set_aside_and_the_stream_is_not_reset(tmp_
     assert metrics['trep_edge_monitor_events_total{event="resets"}'] == 0
     steps = sorted(m.json()["step"] for m in scores.select("trep-edge/scores/"))
     assert steps == list(range(steps[0], steps[0] + len(steps)))  # every reading on the stream's clock, once
+
+
+def test_streams_silent_for_evict_after_are_closed_and_leave_the_checkpoint(tmp_path, broker, daemons, vitals_model):
+    tables = daemon_tables(broker, vitals_model, tmp_path, mqtt={"topics": ["icu/{bed}/vitals"]},
+                           monitor={"tick_interval": 0.2, "evict_after": 2.0})  # fmt: skip
+    daemon = daemons(tmp_path, tables)
+    daemon.start()
+    daemon.wait_http("/readyz")
+
+    def reading(bed: str, t: float) -> tuple[str, bytes]:
+        return f"icu/{bed}/vitals", json.dumps({"ts": t, "values": {"HR": 70, "SpO2": 97, "RESP": 16}}).encode()
+
+    t0 = float(int(time.time())) - 100
+    publish(broker.port, [reading(bed, t0 + k) for k in range(5) for bed in ("bed1", "bed2", "bed3")])
+    deadline, k = time.monotonic() + 20, 5
+    while daemon.metrics()["trep_edge_streams_evicted_total"] < 2 and time.monotonic() < deadline:
+        publish(broker.port, [reading("bed1", t0 + k)])  # bed1 keeps talking, bed2 and bed3 fell silent
+        k += 1
+        time.sleep(0.5)
+    metrics = daemon.metrics()
+    assert metrics["trep_edge_streams_evicted_total"] == 2
+    assert sum(v for key, v in metrics.items() if key.startswith("trep_edge_streams{")) == 1
+    assert daemon.stop() == 0
+    with np.load(tmp_path / "state.npz") as state:
+        assert json.loads(str(state["monitor/config"]))["names"] == ["bed1"]

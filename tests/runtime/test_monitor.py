@@ -218,6 +218,18 @@ def test_removing_a_stream_clears_its_open_episode(univariate_engine):
     assert monitor.remove_stream("b") == []
 
 
+def test_silent_names_the_streams_without_an_accepted_reading_for_a_while(univariate_engine):
+    monitor = Monitor(univariate_engine, detector=cold(1))
+    for stream, arrival in (("a", 100.0), ("b", 150.0), ("c", 190.0)):
+        assert monitor.ingest(value(stream, 0, 1.0), now=arrival) is None
+    assert monitor.ingest(value("a", 0, 2.0), now=120.0) is None  # a duplicate step is still a sign of life
+    assert monitor.silent(200.0, after=60.0) == ["a"] and monitor.silent(200.0, after=20.0) == ["a", "b"]
+    monitor.remove_stream("a")
+    assert monitor.silent(200.0, after=20.0) == ["b"]  # the arrival times follow the renumbering
+    assert monitor.ingest(value("b", 3600, 1.0), now=199.0) == "ahead"  # refused readings do not count
+    assert monitor.silent(200.0, after=20.0) == ["b"]
+
+
 def test_episodes_outlive_resets_and_swaps_and_their_numbers_keep_counting(univariate_engine):
     monitor = Monitor(univariate_engine, alerts=AlertConfig(clear_after=1), detector=cold(3))
     _, alerts = run(monitor, faulty("a", range(6), faults=[5]))
