@@ -80,3 +80,25 @@ def test_200_streams_at_1hz_are_all_scored_with_low_latency(tmp_path, broker, da
           f"max {latency.max() * 1000:.0f} ms; {rows:.0f} engine rows per call, {infer * 1000:.1f} ms per call; "
           f"daemon CPU {cpu * 100:.0f} % of one core; alerts {len(out.select('trep-edge/alerts/'))}")  # fmt: skip
     assert p99 < TICK + 1.0, f"p99 latency {p99:.3f} s"
+
+
+def test_the_tick_budget_keeps_up_with_a_steady_stream_at_the_default_tick_interval(tmp_path, broker, daemons,
+                                                                                    vitals_model):  # fmt: skip
+    # At tick_interval 1 s the budget once counted the wait between ticks as work: the allowance halved every tick
+    # until one message per tick was taken in, and a 200 readings/s replay took minutes to arrive.
+    tables = daemon_tables(broker, vitals_model, tmp_path, mqtt={"topics": ["icu/{bed}/vitals"]},
+                           monitor={"tick_interval": 1.0, "tick_budget_ms": 500.0})  # fmt: skip
+    daemon = daemons(tmp_path, tables)
+    daemon.start()
+    daemon.wait_http("/readyz")
+    publisher = Publisher("127.0.0.1", broker.port)
+    publisher.wait_connected()
+    series = [RecordedSeries("bed1", ["HR", "SpO2", "RESP"], _vitals(np.random.default_rng(1), 1200))]
+    try:
+        replay(series, publisher, "icu/{bed}/vitals", rate=200.0)  # 6 s
+    finally:
+        publisher.close()
+    deadline = time.monotonic() + 10
+    while daemon.metrics()["trep_edge_readings_total"] < 1200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert daemon.metrics()["trep_edge_readings_total"] == 1200
