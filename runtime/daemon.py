@@ -457,11 +457,12 @@ class Daemon:
         card = self.engine.card
         # A channel-independent model scores every channel a stream sends on its own lane: any name is a channel.
         channels = None if card.channel_mode == "independent" else card.channels
+        renames = self.config.input.renames  # parsed once per batch, not per message
         now = time.time()
         for item in items:
             self.metrics.inc("trep_edge_messages_total")
             try:
-                self._ingest_one(item, channels, now)
+                self._ingest_one(item, channels, renames, now)
             except Exception as exc:  # the message boundary: a bug must cost one message, not the daemon
                 if not self._internal_errors:  # the first traceback; later ones are counted and rate-limited
                     log.exception("internal error on a message from %s", item.topic)
@@ -472,7 +473,7 @@ class Daemon:
             horizon = time.time() - 600
             self._arrivals = {k: v for k, v in self._arrivals.items() if v > horizon}
 
-    def _ingest_one(self, item: Telemetry, channels: list[str] | None, now: float) -> None:
+    def _ingest_one(self, item: Telemetry, channels: list[str] | None, renames: dict[str, str], now: float) -> None:
         cfg = self.config.input
         if not item.matched:
             self._reject(TOPIC_KIND, "topic matches no template in mqtt.topics", item)
@@ -481,7 +482,7 @@ class Daemon:
             self.metrics.inc(OTHER_SHARD_METRIC)
             return
         readings, errors = parse_payload_lenient(item.payload, item.stream, channels, now, cfg.max_bytes, cfg.max_skew,
-                                                 cfg.unknown_channels, cfg.renames, item.channel)  # fmt: skip
+                                                 cfg.unknown_channels, renames, item.channel)  # fmt: skip
         if item.stream is None and self.shard.count > 1:
             # Streams named in the payload: keep this shard's readings. Bad input of such messages names no stream
             # to route it by, so shard 0 alone reports it rather than every shard once.

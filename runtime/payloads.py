@@ -175,7 +175,7 @@ def parse_payload_lenient(
     if not math.isfinite(now):
         raise ValueError(f"now must be a finite epoch time in seconds, got {now}")
     known = None if channels is None else frozenset(channels)
-    ctx = _Context(stream, known, float(now), float(max_skew), unknown_channels == "ignore", dict(rename or {}))
+    ctx = _Context(stream, known, float(now), float(max_skew), unknown_channels == "ignore", rename or {})
     try:
         document = _decode(payload, max_bytes)
         if stream is not None:
@@ -369,7 +369,8 @@ def _topic_value(document: Any, channel: str, ctx: _Context) -> Reading:
         raise PayloadError("wrong_type", f"a {{channel}} topic carries one number, got {_json_type(document)}")
     value = _value(document, f"channel {channel[:40]!r}")
     name = ctx.rename.get(channel, channel)
-    values = _known_values({name: value} if ctx.knows(name) else {}, [] if ctx.knows(name) else [name], ctx)
+    known = ctx.knows(name)
+    values = _known_values({name: value} if known else {}, [] if known else [name], ctx)
     return Reading(_resolve_stream(ctx, None), ctx.now, values)
 
 

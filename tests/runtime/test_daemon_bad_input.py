@@ -38,13 +38,24 @@ def _bad_messages(now: float) -> dict[str, list[tuple[str, bytes]]]:
     }  # fmt: skip
 
 
-def test_every_kind_of_bad_input_is_counted_dead_lettered_and_survived(tmp_path, broker, daemons, collectors,
-                                                                       vitals_model):  # fmt: skip
-    tables = daemon_tables(broker, vitals_model, tmp_path, mqtt={"topics": ["icu/{bed}/vitals"]},
-                           input={"max_bytes": 1024, "dead_letter_interval": 0.0, "log_interval": 0.0})  # fmt: skip
+def _ready_daemon(tmp_path, broker, daemons, model, **sections):
+    """A daemon on ``icu/{bed}/vitals`` with the given config sections, started and ready."""
+    tables = daemon_tables(broker, model, tmp_path, mqtt={"topics": ["icu/{bed}/vitals"]}, **sections)
     daemon = daemons(tmp_path, tables)
     daemon.start()
     daemon.wait_http("/readyz")
+    return daemon
+
+
+def _vitals(bed: str, t: float, hr: float = 70.0) -> tuple[str, bytes]:
+    """One good reading of ``bed`` at time ``t``."""
+    return f"icu/{bed}/vitals", json.dumps({"ts": t, "values": {"HR": hr, "SpO2": 97, "RESP": 16}}).encode()
+
+
+def test_every_kind_of_bad_input_is_counted_dead_lettered_and_survived(tmp_path, broker, daemons, collectors,
+                                                                       vitals_model):  # fmt: skip
+    daemon = _ready_daemon(tmp_path, broker, daemons, vitals_model,
+                           input={"max_bytes": 1024, "dead_letter_interval": 0.0, "log_interval": 0.0})  # fmt: skip
     out = collectors(broker.port, ["trep-edge/#"])
     t0 = float(int(time.time()))
     good = {"HR": 72.0, "SpO2": 96.0, "RESP": 15.0}
@@ -80,11 +91,8 @@ def test_every_kind_of_bad_input_is_counted_dead_lettered_and_survived(tmp_path,
 
 
 def test_bad_input_is_logged_at_a_rate_limit(tmp_path, broker, daemons, vitals_model):
-    tables = daemon_tables(broker, vitals_model, tmp_path, mqtt={"topics": ["icu/{bed}/vitals"]},
+    daemon = _ready_daemon(tmp_path, broker, daemons, vitals_model,
                            input={"log_interval": 60.0, "dead_letter_interval": 60.0})  # fmt: skip
-    daemon = daemons(tmp_path, tables)
-    daemon.start()
-    daemon.wait_http("/readyz")
     publish(broker.port, [("icu/bed1/vitals", b"not json")] * 50)
     deadline = time.monotonic() + 10
     while daemon.metrics().get('trep_edge_malformed_total{kind="not_json"}') != 50 and time.monotonic() < deadline:
@@ -95,15 +103,12 @@ def test_bad_input_is_logged_at_a_rate_limit(tmp_path, broker, daemons, vitals_m
 
 def test_one_reading_an_hour_ahead_is_set_aside_and_the_stream_is_not_reset(tmp_path, broker, daemons, collectors,
                                                                              vitals_model):  # fmt: skip
-    tables = daemon_tables(broker, vitals_model, tmp_path, mqtt={"topics": ["icu/{bed}/vitals"]})
-    daemon = daemons(tmp_path, tables)
     scores = collectors(broker.port, ["trep-edge/scores/#"])
-    daemon.start()
-    daemon.wait_http("/readyz")
+    daemon = _ready_daemon(tmp_path, broker, daemons, vitals_model)
     t0 = float(int(time.time())) - 200
 
     def reading(t: float) -> tuple[str, bytes]:
-        return "icu/bed1/vitals", json.dumps({"ts": t, "values": {"HR": 70 + t % 5, "SpO2": 97, "RESP": 16}}).encode()
+        return _vitals("bed1", t, hr=70 + t % 5)
 
     # A time-zone slip: one reading stamped an hour ahead between readings on the stream's own clock.
     publish(broker.port, [reading(t0 + k) for k in range(60)] + [reading(t0 + 60 + 3600)]
@@ -117,20 +122,12 @@ def test_one_reading_an_hour_ahead_is_set_aside_and_the_stream_is_not_reset(tmp_
 
 
 def test_streams_silent_for_evict_after_are_closed_and_leave_the_checkpoint(tmp_path, broker, daemons, vitals_model):
-    tables = daemon_tables(broker, vitals_model, tmp_path, mqtt={"topics": ["icu/{bed}/vitals"]},
-                           monitor={"tick_interval": 0.2, "evict_after": 2.0})  # fmt: skip
-    daemon = daemons(tmp_path, tables)
-    daemon.start()
-    daemon.wait_http("/readyz")
-
-    def reading(bed: str, t: float) -> tuple[str, bytes]:
-        return f"icu/{bed}/vitals", json.dumps({"ts": t, "values": {"HR": 70, "SpO2": 97, "RESP": 16}}).encode()
-
+    daemon = _ready_daemon(tmp_path, broker, daemons, vitals_model, monitor={"tick_interval": 0.2, "evict_after": 2.0})
     t0 = float(int(time.time())) - 100
-    publish(broker.port, [reading(bed, t0 + k) for k in range(5) for bed in ("bed1", "bed2", "bed3")])
+    publish(broker.port, [_vitals(bed, t0 + k) for k in range(5) for bed in ("bed1", "bed2", "bed3")])
     deadline, k = time.monotonic() + 20, 5
     while daemon.metrics()["trep_edge_streams_evicted_total"] < 2 and time.monotonic() < deadline:
-        publish(broker.port, [reading("bed1", t0 + k)])  # bed1 keeps talking, bed2 and bed3 fell silent
+        publish(broker.port, [_vitals("bed1", t0 + k)])  # bed1 keeps talking, bed2 and bed3 fell silent
         k += 1
         time.sleep(0.5)
     metrics = daemon.metrics()
