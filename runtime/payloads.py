@@ -39,7 +39,8 @@ number when its topic names the channel (shape 4).
 Validation of every value (``values`` entries and SenML ``v``): a number is accepted; ``null`` is missing (NaN);
 the non-standard JSON literal ``NaN`` is also read as missing, because that is what common float serialisers
 (Python's ``json``) emit for a missing value; ``Infinity`` / ``-Infinity`` and numbers too large for a double
-are ``non_finite``; strings are ``wrong_type`` (``"72"`` is a producer bug to fix, not to guess at) except
+are ``non_finite`` (an integer literal longer than Python's 4,300-digit conversion limit too: it is a number, just
+an absurd one); strings are ``wrong_type`` (``"72"`` is a producer bug to fix, not to guess at) except
 spellings of non-finite numbers (``"NaN"``, ``"inf"``), which are ``non_finite``; booleans, arrays and objects are
 ``wrong_type``. Channels not in the model card are ``unknown_channel`` with ``unknown_channels="reject"``, or
 dropped with ``"ignore"``; a reading left without any known channel is ``empty``. A channel-independent model
@@ -53,6 +54,9 @@ Stream ids, whatever their source (topic level, ``stream`` field, SenML name): 1
 (``str.isprintable``: no control, format (bidi overrides, zero-width), surrogate, private-use, separator or
 noncharacter code points, which MQTT topic names may not carry or which spoof other ids on dashboards), without the
 MQTT wildcards ``+`` and ``#``. Anything else is ``bad_stream_id`` (``wrong_type`` when not a string).
+
+An object with the same key twice (``{"HR": 70, "HR": 120}``) is ``duplicate_key``, the whole message: JSON leaves
+the meaning open and parsers disagree on which copy wins, so guessing could score a value the producer did not mean.
 
 Rejection is per reading: a reading is accepted whole or not at all, and one bad reading does not poison its
 batch. ``parse_payload_lenient`` returns the good readings and one ``PayloadError`` per rejected reading (or one for
@@ -81,6 +85,7 @@ MALFORMED_KINDS = (
     "empty",
     "stream_mismatch",
     "bad_stream_id",
+    "duplicate_key",
 )
 """Every ``PayloadError.kind``, for per-kind counters."""
 
@@ -223,13 +228,29 @@ def _decode(payload: bytes, max_bytes: int) -> Any:
         raise PayloadError("empty", "the message is empty")
     try:
         text = data.decode("utf-8-sig")
-        return json.loads(text, parse_constant=float)
+        return json.loads(text, parse_constant=float, parse_int=_integer, object_pairs_hook=_unique_keys)
     except UnicodeDecodeError as exc:
         raise PayloadError("not_json", f"the message is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    except PayloadError:
+        raise
     except RecursionError:
         raise PayloadError("not_json", "the message nests arrays/objects too deeply") from None
     except ValueError as exc:
         raise PayloadError("not_json", f"the message is not JSON: {exc}") from None
+
+
+def _integer(text: str) -> int | float:
+    """An integer literal; one beyond ``int``'s digit limit becomes an infinite float, refused as ``non_finite``."""
+    return int(text) if len(text) <= 4000 else math.inf
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise PayloadError("duplicate_key", f"the key {twice[:40]!r} appears twice in one object")
+    return obj
 
 
 def _json_type(value: Any) -> str:

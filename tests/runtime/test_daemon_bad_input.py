@@ -35,6 +35,7 @@ def _bad_messages(now: float) -> dict[str, list[tuple[str, bytes]]]:
         "empty": [(topic, b""), (topic, js({"ts": now, "values": {}}))],
         "stream_mismatch": [(topic, js({"stream": "bed9", "ts": now, "values": ok}))],
         "bad_stream_id": [(topic, js({"stream": "bed\u202e1", "ts": now, "values": ok}))],
+        "duplicate_key": [(topic, b'{"ts": %.3f, "values": {"HR": 70, "HR": 120}}' % now)],
     }  # fmt: skip
 
 

@@ -139,6 +139,15 @@ def test_unreadable_messages_are_refused_by_kind(payload, kind):
     assert kind_of(payload) == kind
 
 
+def test_an_integer_beyond_the_digit_limit_is_non_finite_and_duplicate_keys_are_refused():
+    # Python's json refuses integer literals of more than 4,300 digits with a ValueError that read as not_json.
+    assert kind_of(b'{"values": {"HR": %s}}' % (b"7" * 5000)) == "non_finite"
+    assert kind_of(b'{"ts": -%s, "values": {"HR": 70}}' % (b"9" * 5000)) == "non_finite"
+    assert kind_of(b'{"values": {"HR": 70, "HR": 120}}') == "duplicate_key"
+    assert kind_of(b'{"values": {"HR": 70}, "values": {"HR": 120}}') == "duplicate_key"
+    assert kind_of(b'{"values": {"HR": 7%s}}' % (b"0" * 400)) == "non_finite"  # a double overflows long before
+
+
 def test_deep_nesting_within_the_size_limit_is_not_json():
     assert kind_of(b"[" * 30_000 + b"]" * 30_000) == "not_json"
 
