@@ -41,7 +41,7 @@ from .archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
 from .config import MonitorConfig, load_config
 from .engine import Engine, file_sha256, load_engine
 from .http_status import StatusServer, monitor_metrics
-from .monitor import AlertOut, Monitor, ScoredReading
+from .monitor import AlertOut, Monitor, ScoredReading, SensorEvent
 from .mqtt_io import MqttLink, Telemetry, TelemetryQueue
 from .payloads import MALFORMED_KINDS, parse_payload_lenient
 from .reshard import select_streams, stream_names
@@ -78,6 +78,7 @@ def alert_message(alert: AlertOut, engine: Engine, revision: str) -> dict[str, A
     """The versioned alert JSON (docs/alerts.md), published on state changes and retained as the current state."""
     return {
         "schema_version": ALERT_SCHEMA_VERSION,
+        "kind": "anomaly",
         "alert_id": alert.alert_id,
         "stream": alert.stream,
         "state": alert.state,
@@ -90,6 +91,26 @@ def alert_message(alert: AlertOut, engine: Engine, revision: str) -> dict[str, A
         "timestamp": finite_or_none(alert.timestamp),
         "window_start": finite_or_none(alert.window_start),
         "window_end": finite_or_none(alert.window_end),
+        "model": {"name": engine.card.name, "sha256": engine.sha256},
+        "config_revision": revision,
+        "advisory": True,
+        "published_at": time.time(),
+    }
+
+
+def sensor_message(event: SensorEvent, engine: Engine, revision: str) -> dict[str, Any]:
+    """A sensor fault (docs/alerts.md): a channel sent a value outside its plausible range, or recovered."""
+    return {
+        "schema_version": ALERT_SCHEMA_VERSION,
+        "kind": "sensor",
+        "alert_id": f"{event.stream}:sensor:{event.channel}",
+        "stream": event.stream,
+        "channel": event.channel,
+        "state": event.state,
+        "active": event.state == "raised",
+        "value": finite_or_none(event.value),
+        "plausible": [finite_or_none(event.low), finite_or_none(event.high)],
+        "timestamp": finite_or_none(event.timestamp),
         "model": {"name": engine.card.name, "sha256": engine.sha256},
         "config_revision": revision,
         "advisory": True,
@@ -534,6 +555,14 @@ class Daemon:
             self.metrics.observe("trep_edge_inference_seconds", result.inference_seconds)
         for alert in result.alerts:
             self._publish_alert(alert)
+        for event in result.sensor:
+            # The alerts topic only: the retained state topic is the stream's anomaly episode, which a sensor fault
+            # must not overwrite.
+            message = sensor_message(event, self.engine, self.config.revision)
+            self.link.publish(fill_topic(topics.alerts, event.stream), json.dumps(message), qos=1)
+            self.metrics.inc("trep_edge_sensor_faults_total", state=event.state)
+            log.info("sensor fault %s %s: value %.6g, plausible [%.6g, %.6g]", message["alert_id"], event.state,
+                     event.value, event.low, event.high)  # fmt: skip
         published = time.time()
         for s in result.scored:
             if topics.scores:

@@ -169,6 +169,7 @@ def monitor_metrics() -> Metrics:
               "arrival of a reading to its score being published (includes waiting for the tick)", LATENCY_BUCKETS)
     m.declare("trep_edge_tick_errors_total", "counter", "scoring ticks that raised (logged with a traceback)")
     m.declare("trep_edge_alerts_total", "counter", "alert state changes published, by state")
+    m.declare("trep_edge_sensor_faults_total", "counter", "sensor faults (implausible values) raised and cleared")
     m.declare("trep_edge_streams", "gauge", "streams by state (warming, active)")
     m.declare("trep_edge_monitor_events_total", "counter", "the monitor's own counters (gaps, duplicates, ...)")
     m.declare("trep_edge_model_info", "gauge", "the loaded model (value 1)")

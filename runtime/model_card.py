@@ -7,6 +7,7 @@ Extra graphs of the same model (e.g. ``last_step``) travel only inside the file,
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -62,18 +63,20 @@ class ModelCard:
     scaling: str = "card"
     channel_mode: str = "fixed"
     detector_prior: dict = field(default_factory=dict)
+    ranges: dict = field(default_factory=dict)
+    """Physically possible values, ``{channel: [low, high]}``: a reading outside is a sensor fault, not the process."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
         """Canonical JSON text (sorted keys), identical in the ONNX metadata and the sidecar file.
 
-        ``graphs``, ``scaling``, ``channel_mode`` and ``detector_prior`` are left out at their defaults, so a card without them keeps
-        the text (and the sha256-compared identity) older runtimes wrote.
+        ``graphs``, ``scaling``, ``channel_mode``, ``detector_prior`` and ``ranges`` are left out at their defaults, so a
+        card without them keeps the text (and the sha256-compared identity) older runtimes wrote.
         """
         data = asdict(self)
         if not self.graphs:
             del data["graphs"]
-        for key, default in (("scaling", "card"), ("channel_mode", "fixed"), ("detector_prior", {})):
+        for key, default in (("scaling", "card"), ("channel_mode", "fixed"), ("detector_prior", {}), ("ranges", {})):
             if data[key] == default:
                 del data[key]
         return json.dumps(data, sort_keys=True, indent=2)
@@ -151,6 +154,7 @@ class ModelCard:
         elif self.channel_mode == "independent" and self.input_dims != 1:
             problems.append(f"channel_mode 'independent' needs a univariate model (input_dims 1), got {self.input_dims}")
         problems += _prior_problems(self.detector_prior)
+        problems += _range_problems(self.ranges, self.channels)
         problems += _graph_problems(self.graphs)
         if problems:
             raise ModelCardError(f"{source} is invalid: " + "; ".join(problems))
@@ -166,6 +170,21 @@ def _prior_problems(prior: object) -> list[str]:
     if len({len(prior[k]) for k in keys}) != 1 or any(v < 0 for v in prior["var"]):
         return ["detector_prior signals, mean and var must have one length, and var must be >= 0"]
     return []
+
+
+def _range_problems(ranges: object, channels: list[str]) -> list[str]:
+    """What is wrong with a card's ``ranges``: ``{channel of the card: [low, high]}`` with finite ``low < high``."""
+    if not isinstance(ranges, dict):
+        return [f"ranges must be an object of channel -> [low, high], got {type(ranges).__name__}"]
+    problems = []
+    for name, bounds in ranges.items():
+        if name not in channels:
+            problems.append(f"ranges.{name} names no channel of the card ({channels})")
+        elif not (isinstance(bounds, list) and len(bounds) == 2
+                  and all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) for b in bounds)
+                  and bounds[0] < bounds[1]):  # fmt: skip
+            problems.append(f"ranges.{name} must be [low, high] with finite low < high, got {bounds!r}")
+    return problems
 
 
 def _graph_problems(graphs: object) -> list[str]:

@@ -21,6 +21,11 @@ Policies:
 - **Per-stream scaling** (card ``scaling = "stream"``): each lane's newest reading updates its
   ``preprocess.StreamScaler`` and the window is scaled with the result just before the engine call
   (``preprocess.scale_windows``), one round at a time, as offline.
+- **Implausible values** (outside ``preprocess.plausible_bounds``: the card's physical ranges, or absurdly far from
+  its training scale) are filed as missing, counted (``implausible_values``) and reported as a *sensor fault* of that
+  channel (``SensorEvent``: raised on the first such value, cleared by the channel's next plausible value or when
+  the stream is removed), so a broken sensor neither blinds the window nor raises an anomaly alert. Fault state
+  is not checkpointed: after a restart a fault still present is raised again by its next value.
 - **Unscorable steps.** A gap-filled step, or a reading with a channel missing in its prepared value, has no
   distance (NaN): the detector neither scores nor learns it.
 - **Warm-up.** A stream is *warming* until it has ``detector.min_count`` scored readings; a warming reading never
@@ -40,7 +45,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -49,7 +54,7 @@ from .alerts import AlertConfig, AlertEvent, AlertTracker
 from .detector import Detector, DetectorConfig, window_deviation
 from .engine import Engine
 from .payloads import Reading
-from .preprocess import StreamScaler, scale_windows
+from .preprocess import StreamScaler, plausible_bounds, scale_windows
 from .scoring import raw_score
 from .sharding import LANE_SEPARATOR
 from .step_engine import StepEngine, StepGraph
@@ -58,7 +63,8 @@ from .windows import StepBatch, WindowConfig, WindowStore, contract_differences,
 log = logging.getLogger(__name__)
 
 MONITOR_COUNTERS = ("ticks", "engine_calls", "engine_rows", "scored", "detections", "alerts_raised",
-                    "alerts_updated", "alerts_cleared", "streams_reset", "streams_removed", "model_swaps")  # fmt: skip
+                    "alerts_updated", "alerts_cleared", "streams_reset", "streams_removed", "model_swaps",
+                    "implausible_values", "sensor_faults_raised", "sensor_faults_cleared")  # fmt: skip
 
 
 @dataclass
@@ -98,6 +104,20 @@ class AlertOut:
 
 
 @dataclass
+class SensorEvent:
+    """A sensor fault of one channel: ``raised`` by an implausible value, ``cleared`` by a plausible one (or the
+    stream's removal); ``value`` is the value that changed the state (NaN on removal)."""
+
+    stream: str
+    channel: str
+    state: str
+    value: float
+    low: float  # the channel's plausible range
+    high: float
+    timestamp: float
+
+
+@dataclass
 class TickResult:
     """What one ``tick`` produced, and what its engine calls cost."""
 
@@ -105,6 +125,7 @@ class TickResult:
     alerts: list[AlertOut]
     batch_rows: int  # rows sent to the engine (2 per scored window: unmasked and masked)
     inference_seconds: float
+    sensor: list[SensorEvent] = field(default_factory=list)  # sensor faults raised or cleared since the last tick
 
 
 def lane_rounds(stream_of_row: np.ndarray, step: np.ndarray) -> list[np.ndarray]:
@@ -148,6 +169,9 @@ class Monitor:
         self._tracker = AlertTracker(alerts)
         self._counters = dict.fromkeys(MONITOR_COUNTERS, 0)
         self._steps = self._new_step_engine(engine)
+        self._bounds = self._new_bounds(engine)
+        self._faults: dict[str, set[str]] = {}  # stream -> channels with an open sensor fault
+        self._sensor: list[SensorEvent] = []  # sensor fault changes for the next tick's result
 
     @property
     def independent(self) -> bool:
@@ -180,6 +204,50 @@ class Monitor:
 
     # readings in
 
+    @staticmethod
+    def _new_bounds(engine: Engine) -> dict[str, tuple[float, float]]:
+        low, high = plausible_bounds(engine.card)
+        return {name: (float(low[c]), float(high[c])) for c, name in enumerate(engine.card.channels)}
+
+    def _implausible(self, reading: Reading) -> dict[str, float]:
+        """The reading's finite values outside their channel's plausible range."""
+        if not isinstance(reading.values, dict):
+            return {}
+        bad = {}
+        for channel, value in reading.values.items():
+            bounds = self._bounds_of(channel)
+            if bounds is not None and isinstance(value, (int, float)) and math.isfinite(value) \
+                    and not bounds[0] <= value <= bounds[1]:  # fmt: skip
+                bad[channel] = float(value)
+        return bad
+
+    def _track_faults(self, reading: Reading, bad: dict[str, float], stamp: float) -> None:
+        """Raise a sensor fault for each newly implausible channel of an accepted reading, clear recovered ones."""
+        faults = self._faults.get(reading.stream, set())
+        self._counters["implausible_values"] += len(bad)
+        for channel, value in reading.values.items():
+            if (channel in bad) == (channel in faults) or (channel not in bad and not value == value):
+                continue  # no change; a missing value (NaN) says nothing about the sensor
+            if channel in bad:
+                faults.add(channel)
+                self._sensor_event(reading.stream, channel, "raised", bad[channel], stamp)
+            else:
+                faults.discard(channel)
+                self._sensor_event(reading.stream, channel, "cleared", float(value), stamp)
+        if faults:
+            self._faults[reading.stream] = faults
+        else:
+            self._faults.pop(reading.stream, None)
+
+    def _bounds_of(self, channel: str) -> tuple[float, float] | None:
+        """A channel's plausible range; None for a channel the model does not know."""
+        return self._bounds[self.engine.card.channels[0]] if self.independent else self._bounds.get(channel)
+
+    def _sensor_event(self, stream: str, channel: str, state: str, value: float, stamp: float) -> None:
+        low, high = self._bounds_of(channel) or (math.nan, math.nan)
+        self._sensor.append(SensorEvent(stream, channel, state, value, low, high, stamp))
+        self._counters[f"sensor_faults_{state}"] += 1
+
     def _lanes(self, reading: Reading) -> list[Reading]:
         if not self.independent or not isinstance(reading.values, dict):
             return [reading]
@@ -209,6 +277,10 @@ class Monitor:
         stamps the arrival. Never raises on data: see ``windows.WINDOW_REJECTIONS``. A reading of a
         channel-independent model is accepted when any of its channels is.
         """
+        bad = self._implausible(reading)
+        if bad:
+            reading = Reading(reading.stream, reading.timestamp,
+                              {k: math.nan if k in bad else v for k, v in reading.values.items()})  # fmt: skip
         kinds = []
         for lane in self._lanes(reading):
             before = self._store.n_streams
@@ -217,7 +289,10 @@ class Monitor:
                 self._register_lane(lane.stream, reading.stream)
         if None not in kinds:
             return kinds[0]
-        self._seen[self._index[reading.stream]] = time.time() if now is None else now
+        stamp = time.time() if now is None else now
+        self._seen[self._index[reading.stream]] = stamp
+        if bad or reading.stream in self._faults:
+            self._track_faults(reading, bad, stamp)
         return None
 
     def silent(self, now: float, after: float) -> list[str]:
@@ -263,7 +338,8 @@ class Monitor:
         # One round = at most one step per stream; a stream's later steps need the state its earlier ones left.
         for rows in rounds:
             self._step_round(batch, rows, raw[rows], z[rows], deviation[rows], scored, alerts)
-        return TickResult(scored, alerts, rows_sent, seconds)
+        sensor, self._sensor = self._sensor, []
+        return TickResult(scored, alerts, rows_sent, seconds, sensor)
 
     def _scaled_windows(self, batch: StepBatch, rounds: list[np.ndarray], complete: np.ndarray) -> np.ndarray:
         """The batch's windows, each scaled by its lane's statistics up to its step (stream-scaled models)."""
@@ -412,6 +488,8 @@ class Monitor:
             out.append(AlertOut(alert_id, stream, "cleared", severity, math.nan, math.nan, "", missing,
                                 math.nan, math.nan, stamp))  # fmt: skip
             self._counters["alerts_cleared"] += 1
+        for channel in sorted(self._faults.pop(stream, ())):
+            self._sensor_event(stream, channel, "cleared", math.nan, time.time() if now is None else now)
         for lane in sorted(lanes.tolist(), reverse=True):
             self._store.remove_stream(lane)
         if self._steps is not None:
@@ -450,6 +528,7 @@ class Monitor:
         else:
             log.info("model swap %s: same model, kept all state of %d streams", engine.card.name, len(self._names))
         self.engine = engine
+        self._bounds = self._new_bounds(engine)
         if differs:
             self._scaler = self._new_scaler(lanes)
         if not same_model:

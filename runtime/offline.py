@@ -15,16 +15,21 @@ import numpy as np
 
 from .detector import Detector, DetectorConfig, window_deviation
 from .engine import Engine
-from .preprocess import Normalisation, StreamScaler, difference, forward_fill, robust_location_scale, scale_windows
+from .preprocess import (Normalisation, StreamScaler, difference, forward_fill, implausible, plausible_bounds,
+                         robust_location_scale, scale_windows)
 from .scoring import raw_score
 
 
 def prepare(engine: Engine, raw: np.ndarray) -> np.ndarray:
-    """Raw readings ``[T, C]`` in the card's channel order → differenced and normalised model input."""
+    """Raw readings ``[T, C]`` in the card's channel order → differenced and normalised model input.
+
+    Implausible values (``preprocess.plausible_bounds``) are missing, as the monitor files them.
+    """
     card = engine.card
-    values = np.asarray(raw, dtype=np.float32)
+    values = np.asarray(raw, dtype=np.float64)
     if values.ndim != 2 or values.shape[1] != card.input_dims:
         raise ValueError(f"series must be [time, {card.input_dims}] ({card.channels}), got shape {values.shape}")
+    values = np.where(implausible(values, *plausible_bounds(card)), np.nan, values).astype(np.float32)
     filled = forward_fill(values, card.forward_fill)[0]
     return Normalisation.from_dict(card.normalisation).apply(difference(filled, card.differencing))
 

@@ -1,4 +1,5 @@
-"""Input preprocessing shared by training and the runtime: differencing, card normalisation, per-stream scaling."""
+"""Input preprocessing shared by training and the runtime: plausibility, differencing, card normalisation, per-stream
+scaling."""
 from __future__ import annotations
 
 import math
@@ -7,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from .model_card import ModelCard
 from .scoring import StreamState
-
 
 def difference(x: np.ndarray, order: int) -> np.ndarray:
     """Difference ``order`` times along the time axis (axis −2 of ``[..., T, C]``), NaN-filling the first steps.
@@ -174,3 +175,37 @@ def scale_windows(scaler: StreamScaler, rows: np.ndarray, windows: np.ndarray) -
     flat = np.asarray(windows).transpose(0, 2, 1).reshape(n * c, w)
     scaler.update(rows, flat)
     return scaler.apply(rows, flat).reshape(n, c, w).transpose(0, 2, 1)
+
+
+IMPLAUSIBLE_SCALES = 1e6
+"""A value further than this many of the card's training standard deviations from its training mean is no reading
+of the process: a unit slip or a corrupted register (heart rate 1e15), not a heart."""
+IMPLAUSIBLE_MAGNITUDE = 1e30
+"""Beyond this magnitude no sensor reading is plausible for any model, and float32 windows would overflow."""
+
+
+def plausible_bounds(card: ModelCard) -> tuple[np.ndarray, np.ndarray]:
+    """Per card channel, the lowest and highest plausible value: the card's declared ``ranges``, within
+    ``IMPLAUSIBLE_SCALES`` training standard deviations for a card-normalised, undifferenced model, within
+    ±``IMPLAUSIBLE_MAGNITUDE`` always. A channel-independent model's one channel bounds every channel it is applied to.
+
+    A value outside is treated as missing (and reported as a sensor fault) instead of being scored: one absurd value
+    in a window would otherwise dominate the model's input for a whole window length.
+    """
+    low = np.full(card.input_dims, -IMPLAUSIBLE_MAGNITUDE)
+    high = np.full(card.input_dims, IMPLAUSIBLE_MAGNITUDE)
+    if card.scaling == "card" and card.differencing == 0:
+        norm = Normalisation.from_dict(card.normalisation)
+        low = np.maximum(low, norm.mean - IMPLAUSIBLE_SCALES * norm.std)
+        high = np.minimum(high, norm.mean + IMPLAUSIBLE_SCALES * norm.std)
+    for c, name in enumerate(card.channels):
+        if name in card.ranges:
+            low[c], high[c] = max(low[c], card.ranges[name][0]), min(high[c], card.ranges[name][1])
+    return low, high
+
+
+def implausible(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Where finite ``values [..., C]`` lie outside ``[low, high]`` (``plausible_bounds``); NaN is never implausible."""
+    x = np.asarray(values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(x) & ((x < low) | (x > high))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import time
 from pathlib import Path
 
@@ -190,6 +191,24 @@ def _evaluate_classification(trainer: Trainer, data) -> float:
     return timedim_accuracy(encode(enc, data.x, conv), data.labels, encode(enc, data.test_x, conv), data.test_labels)
 
 
+def _channel_ranges(entries: list[str], channels: list[str]) -> dict[str, list[float]]:
+    """``--range CHANNEL=LOW:HIGH`` entries as the card's ``ranges``; a bad entry is refused with what to write."""
+    ranges = {}
+    for entry in entries:
+        name, _, bounds = entry.partition("=")
+        low, _, high = bounds.partition(":")
+        try:
+            values = [float(low), float(high)]
+        except ValueError:
+            raise ValueError(f"--range {entry!r}: write CHANNEL=LOW:HIGH with two numbers, e.g. HR=0:350") from None
+        if name not in channels:
+            raise ValueError(f"--range {entry!r}: the model has no channel {name!r}; its channels are {channels}")
+        if not (math.isfinite(values[0]) and math.isfinite(values[1]) and values[0] < values[1]):
+            raise ValueError(f"--range {entry!r}: LOW and HIGH must be finite with LOW < HIGH")
+        ranges[name] = values
+    return ranges
+
+
 def export(args: argparse.Namespace) -> int:
     """``trep-edge export``: ONNX + model card, calibrated on normal data, optionally parity-checked."""
     from trep_edge.runtime.model_card import Scoring
@@ -209,6 +228,7 @@ def export(args: argparse.Namespace) -> int:
     general = getattr(args, "general", False)
     if general:
         make_general(encoder, card)
+    card.ranges = _channel_ranges(getattr(args, "range", []), card.channels)
     series = None
     if not args.no_calibration:
         spec = dict(trainer.meta.get("data_spec") or {})

@@ -126,6 +126,9 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action="store_true", help="compare torch and onnxruntime (max |diff| <= 1e-4, identical alerts); exit 1 if not")
     p.add_argument("--graphs", help="extra graphs to embed, comma-separated from last_step, pruned_pair, step, or none "
                    "(default: every one that applies; each stores its own copy of the weights)")
+    p.add_argument("--range", action="append", default=[], metavar="CHANNEL=LOW:HIGH",
+                   help="a channel's physically possible values (repeatable), e.g. HR=0:350: the runtime treats a "
+                   "value outside as a sensor fault (missing for scoring, a sensor alert), not as an anomaly")
     p.add_argument("--general", action="store_true", help="a general-purpose model (input_dims 1 only): per-stream "
                    "scaling, each channel scored on its own with shared weights, channel 'value', identity "
                    "normalisation (the training normalisation is folded into the weights), no detector prior "

@@ -137,3 +137,22 @@ def test_streams_silent_for_evict_after_are_closed_and_leave_the_checkpoint(tmp_
     assert daemon.stop() == 0
     with np.load(tmp_path / "state.npz") as state:
         assert json.loads(str(state["monitor/config"]))["names"] == ["bed1"]
+
+
+def test_an_absurd_value_is_a_sensor_alert_and_blinds_nothing(tmp_path, broker, daemons, collectors, vitals_model):
+    out = collectors(broker.port, ["trep-edge/scores/#", "trep-edge/alerts/#"])
+    daemon = _ready_daemon(tmp_path, broker, daemons, vitals_model)
+    t0 = float(int(time.time())) - 200
+    # A corrupted register: heart rate 1e15 once (it blinded the stream for a window and then alerted, before).
+    publish(broker.port, [_vitals("bed1", t0 + k, hr=1e15 if k == 60 else 70 + k % 5) for k in range(120)])
+    scores = out.wait_count("trep-edge/scores/bed1", 120, timeout=30)
+    sensor = [m.json() for m in out.wait_count("trep-edge/alerts/bed1", 2)]
+    assert [(s["kind"], s["state"], s["channel"], s["value"]) for s in sensor] == [
+        ("sensor", "raised", "HR", 1e15), ("sensor", "cleared", "HR", 71.0)]
+    by_time = {m.json()["timestamp"]: m.json() for m in scores}
+    assert by_time[t0 + 60]["values"]["HR"] is None  # filed as missing
+    assert all(by_time[t0 + k]["raw"] is not None for k in range(61, 120))  # every later reading scored
+    metrics = daemon.metrics()
+    assert metrics['trep_edge_monitor_events_total{event="implausible_values"}'] == 1
+    assert metrics['trep_edge_sensor_faults_total{state="raised"}'] == 1
+    assert not any(m.json()["kind"] == "anomaly" for m in out.select("trep-edge/alerts/"))

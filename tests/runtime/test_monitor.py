@@ -152,6 +152,57 @@ def test_a_step_missing_a_channel_is_not_sent_to_the_model(vitals_engine):
     assert monitor.counters["incomplete"] == 1
 
 
+def vitals(t, hr):
+    return Reading("bed1", float(T0 + t), {"HR": float(hr), "SpO2": 97.0, "RESP": 16.0 + np.sin(t / 3)})
+
+
+def test_an_implausible_value_is_a_sensor_fault_scored_as_missing_not_an_anomaly(vitals_engine):
+    engine = with_card(vitals_engine, ranges={"HR": [0.0, 350.0]})
+    monitor = Monitor(engine, detector=cold(5))
+    hr = {t: 72 + 3 * np.sin(t / 5) for t in range(120)}
+    hr[60], hr[61], hr[90] = 1e15, 2e15, 400.0  # a corrupted register twice, then a plausible-looking unit slip
+    scored, events = [], []
+    for t in range(120):
+        monitor.ingest(vitals(t, hr[t]))
+        result = monitor.tick(T0 + t)
+        scored += result.scored
+        events += [(e.state, e.channel, e.value, t) for e in result.sensor]
+    assert events == [("raised", "HR", 1e15, 60), ("cleared", "HR", hr[62], 62), ("raised", "HR", 400.0, 90),
+                      ("cleared", "HR", hr[91], 91)]  # fmt: skip
+    assert monitor.counters["implausible_values"] == 3
+    by_step = {s.step - T0: s for s in scored}
+    assert np.isnan(by_step[60].values["HR"]) and np.isnan(by_step[90].values["HR"])
+    # Treated as missing, the values blind nothing: every later step is scored and none alerts.
+    assert all(np.isfinite(by_step[t].raw) for t in range(62, 120) if t != 90) and not any(s.alert for s in scored)
+
+
+def test_absurd_values_are_implausible_without_declared_ranges_and_offline_agrees(vitals_engine):
+    monitor = Monitor(vitals_engine, detector=cold(5))
+    hr = 72 + 3 * np.sin(np.arange(100) / 5)
+    hr[40], hr[70] = 1e15, 1000.0  # 1e15 is beyond 1e6 training scales; 1000 is an anomaly, not a broken sensor
+    scored, faults = [], []
+    for t in range(100):
+        monitor.ingest(vitals(t, hr[t]))
+        result = monitor.tick(T0 + t)
+        scored += result.scored
+        faults += [e.value for e in result.sensor if e.state == "raised"]
+    assert faults == [1e15]
+    values = np.array([[s.values[c] for c in ("HR", "SpO2", "RESP")] for s in scored])
+    raw = np.stack([hr, np.full(100, 97.0), 16.0 + np.sin(np.arange(100) / 3)], axis=1)
+    expected = detect_recording(vitals_engine, raw, cold(5))
+    np.testing.assert_array_equal([s.raw for s in scored], expected.raw)  # offline files it as missing too
+    assert np.isnan(values[40, 0]) and values[70, 0] == 1000.0
+
+
+def test_removing_a_stream_clears_its_open_sensor_faults(vitals_engine):
+    monitor = Monitor(vitals_engine, detector=cold(5))
+    monitor.ingest(vitals(0, 1e20))
+    assert [e.state for e in monitor.tick(T0).sensor] == ["raised"]
+    monitor.remove_stream("bed1")
+    assert [(e.state, e.stream, e.channel) for e in monitor.tick(T0 + 1).sensor] == [("cleared", "bed1", "HR")]
+    assert monitor.counters["sensor_faults_cleared"] == 1
+
+
 def test_duplicates_are_accepted_and_counted_late_readings_refused_unknown_channels_dropped(univariate_engine):
     monitor = Monitor(univariate_engine)
     assert monitor.ingest(value("a", 0, 1.0)) is None

@@ -119,6 +119,19 @@ def test_card_validation_names_the_field():
         ModelCard("m", ["a"], {"mean": [0], "std": [0]}, 0, "relative", "time2vec", 10, 8, 1).validate()
 
 
+@pytest.mark.parametrize("ranges, problem", [({"b": [0, 1]}, "ranges.b names no channel"),
+                                             ({"a": [1, 0]}, "finite low < high"), ({"a": [0]}, "finite low < high"),
+                                             ({"a": [0, float("inf")]}, "finite low < high")])  # fmt: skip
+def test_card_ranges_name_card_channels_with_finite_bounds(ranges, problem):
+    card = ModelCard("m", ["a"], {"mean": [0], "std": [1]}, 0, "relative", "time2vec", 10, 8, 1)
+    assert "ranges" not in card.to_json()  # absent at its default: older cards keep their text
+    card.ranges = {"a": [0, 1]}
+    assert ModelCard.from_json(card.to_json()).ranges == {"a": [0, 1]}
+    card.ranges = ranges
+    with pytest.raises(ModelCardError, match=problem):
+        card.validate()
+
+
 def test_non_onnx_file_is_refused(tmp_path):
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"\x00garbage")
@@ -174,3 +187,12 @@ def test_build_graphs_embeds_only_the_named_graphs_and_refuses_unknown_names():
     assert build_graphs(encoder, 8, []) == {}
     with pytest.raises(ValueError, match="unknown extra graph.*'pruned'"):
         build_graphs(encoder, 8, ["pruned"])
+
+
+def test_export_range_flags_become_card_ranges_and_bad_ones_say_what_to_write():
+    from trep_edge.training.commands import _channel_ranges
+
+    assert _channel_ranges(["HR=0:350", "Temp=10:50.5"], ["HR", "Temp"]) == {"HR": [0.0, 350.0], "Temp": [10.0, 50.5]}
+    for entry, message in (("HR=high", "CHANNEL=LOW:HIGH"), ("BP=0:300", "no channel 'BP'"), ("HR=5:1", "LOW < HIGH")):
+        with pytest.raises(ValueError, match=message):
+            _channel_ranges([entry], ["HR", "Temp"])
