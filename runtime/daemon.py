@@ -517,6 +517,8 @@ class Daemon:
             kind = self.monitor.ingest(reading, now)
             if kind is not None:
                 self._reject(kind, f"reading at {reading.timestamp} refused by the window policy", item)
+                if kind == "too_many_streams":  # which feed is crowding out the others
+                    self.metrics.inc("trep_edge_streams_refused_total", pattern=item.pattern)
                 continue
             self.metrics.inc("trep_edge_readings_total")
             if self.archive is not None:

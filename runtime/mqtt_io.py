@@ -88,13 +88,14 @@ class TopicTemplate:
         return True, "/".join(values) if values else None, channel
 
 
-def match_topic(templates: list[TopicTemplate], topic: str) -> tuple[bool, str | None, str | None]:
-    """The first template matching ``topic`` decides its stream id and channel."""
+def match_topic(templates: list[TopicTemplate], topic: str) -> tuple[str | None, str | None, str | None]:
+    """The first template matching ``topic`` decides its stream id and channel: (template text, stream, channel);
+    the template is None when none matches."""
     for template in templates:
-        found = template.match(topic)
-        if found[0]:
-            return found
-    return False, None, None
+        matched, stream, channel = template.match(topic)
+        if matched:
+            return template.template, stream, channel
+    return None, None, None
 
 
 @dataclass
@@ -109,6 +110,7 @@ class Telemetry:
     matched: bool = True  # the topic matched a template
     dropped: bool = False
     channel: str | None = None  # the channel a {channel} topic level names (the payload is then one number)
+    pattern: str = ""  # the [mqtt] topics template the topic matched
 
 
 class TelemetryQueue:
@@ -411,9 +413,9 @@ class MqttLink:
                         reason_code, delay)  # fmt: skip
 
     def _on_message(self, client, userdata, message: mqtt.MQTTMessage) -> None:
-        matched, stream, channel = match_topic(self.templates, message.topic)
-        item = Telemetry(stream if stream is not None else message.topic, stream, message.topic,
-                         message.payload, time.time(), matched, channel=channel)  # fmt: skip
+        pattern, stream, channel = match_topic(self.templates, message.topic)
+        item = Telemetry(stream if stream is not None else message.topic, stream, message.topic, message.payload,
+                         time.time(), pattern is not None, channel=channel, pattern=pattern or "")  # fmt: skip
         victim = self.queue.put(item)
         if victim is not None and self._on_drop is not None:
             self._on_drop(victim)

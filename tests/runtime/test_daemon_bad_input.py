@@ -156,3 +156,21 @@ def test_an_absurd_value_is_a_sensor_alert_and_blinds_nothing(tmp_path, broker, 
     assert metrics['trep_edge_monitor_events_total{event="implausible_values"}'] == 1
     assert metrics['trep_edge_sensor_faults_total{state="raised"}'] == 1
     assert not any(m.json()["kind"] == "anomaly" for m in out.select("trep-edge/alerts/"))
+
+
+def test_streams_refused_at_max_streams_are_counted_by_topic_template(tmp_path, broker, daemons, vitals_model):
+    tables = daemon_tables(broker, vitals_model, tmp_path, mqtt={"topics": ["icu/{bed}/vitals", "ward/{bed}/vitals"]},
+                           windows={"max_streams": 2})  # fmt: skip
+    daemon = daemons(tmp_path, tables)
+    daemon.start()
+    daemon.wait_http("/readyz")
+    t0 = float(int(time.time())) - 100
+    flood = [(f"ward/{bed}/vitals", _vitals(bed, t0)[1]) for bed in ("w1", "w2", "w3", "w4")]
+    publish(broker.port, [_vitals("bed1", t0)] + flood + [_vitals("bed1", t0 + 1)])
+    deadline = time.monotonic() + 10
+    while daemon.metrics().get("trep_edge_readings_total") != 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    metrics = daemon.metrics()
+    assert metrics["trep_edge_readings_total"] == 3  # bed1 twice and w1: two streams at most
+    assert metrics['trep_edge_streams_refused_total{pattern="ward/{bed}/vitals"}'] == 3
+    assert 'trep_edge_streams_refused_total{pattern="icu/{bed}/vitals"}' not in metrics

@@ -26,7 +26,7 @@ def test_topic_template_gives_the_subscription_filter_and_stream_id():
     rest = TopicTemplate("plant/{line}/#")
     assert rest.filter == "plant/+/#" and rest.match("plant/l3/a/b") == (True, "l3", None)
     assert TopicTemplate("telemetry/all").match("telemetry/all") == (True, None, None)  # stream from the payload
-    assert match_topic([TopicTemplate("a/{x}"), TopicTemplate("b/{y}/c")], "b/7/c") == (True, "7", None)
+    assert match_topic([TopicTemplate("a/{x}"), TopicTemplate("b/{y}/c")], "b/7/c") == ("b/{y}/c", "7", None)
     per_value = TopicTemplate("plant/{line}/{machine}/{channel}")  # the channel level is not part of the stream
     assert per_value.filter == "plant/+/+/+"
     assert per_value.match("plant/l3/press2/oil_temp") == (True, "l3/press2", "oil_temp")
