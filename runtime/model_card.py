@@ -63,6 +63,8 @@ class ModelCard:
     scaling: str = "card"
     channel_mode: str = "fixed"
     detector_prior: dict = field(default_factory=dict)
+    period: float = 0.0
+    """Seconds per step of the training data; 0 = any (a general model, or not declared)."""
     ranges: dict = field(default_factory=dict)
     """Physically possible values, ``{channel: [low, high]}``: a reading outside is a sensor fault, not the process."""
     schema_version: int = SCHEMA_VERSION
@@ -70,13 +72,14 @@ class ModelCard:
     def to_json(self) -> str:
         """Canonical JSON text (sorted keys), identical in the ONNX metadata and the sidecar file.
 
-        ``graphs``, ``scaling``, ``channel_mode``, ``detector_prior`` and ``ranges`` are left out at their defaults, so a
+        ``graphs``, ``scaling``, ``channel_mode``, ``detector_prior``, ``ranges`` and ``period`` are left out at their defaults, so a
         card without them keeps the text (and the sha256-compared identity) older runtimes wrote.
         """
         data = asdict(self)
         if not self.graphs:
             del data["graphs"]
-        for key, default in (("scaling", "card"), ("channel_mode", "fixed"), ("detector_prior", {}), ("ranges", {})):
+        for key, default in (("scaling", "card"), ("channel_mode", "fixed"), ("detector_prior", {}), ("ranges", {}),
+                             ("period", 0.0)):
             if data[key] == default:
                 del data[key]
         return json.dumps(data, sort_keys=True, indent=2)
@@ -155,6 +158,8 @@ class ModelCard:
             problems.append(f"channel_mode 'independent' needs a univariate model (input_dims 1), got {self.input_dims}")
         problems += _prior_problems(self.detector_prior)
         problems += _range_problems(self.ranges, self.channels)
+        if isinstance(self.period, bool) or not isinstance(self.period, (int, float)) or not 0 <= self.period < math.inf:
+            problems.append(f"period must be a number of seconds >= 0 (0 = any), got {self.period!r}")
         problems += _graph_problems(self.graphs)
         if problems:
             raise ModelCardError(f"{source} is invalid: " + "; ".join(problems))

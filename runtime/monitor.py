@@ -128,6 +128,13 @@ class TickResult:
     sensor: list[SensorEvent] = field(default_factory=list)  # sensor faults raised or cleared since the last tick
 
 
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
 def lane_rounds(stream_of_row: np.ndarray, step: np.ndarray) -> list[np.ndarray]:
     """Split batch rows into rounds of at most one step per stream (all of that step's lanes), in time order."""
     if not len(step):
@@ -170,6 +177,7 @@ class Monitor:
         self._counters = dict.fromkeys(MONITOR_COUNTERS, 0)
         self._steps = self._new_step_engine(engine)
         self._bounds = self._new_bounds(engine)
+        self._check_period(engine)
         self._faults: dict[str, set[str]] = {}  # stream -> channels with an open sensor fault
         self._sensor: list[SensorEvent] = []  # sensor fault changes for the next tick's result
 
@@ -201,6 +209,15 @@ class Monitor:
         steps = StepEngine(StepGraph(engine.graphs["step"]), engine.card)
         steps.add_streams(self._store.n_streams)
         return steps
+
+    def _check_period(self, engine: Engine) -> None:
+        """Warn when the model learned steps of another length than this monitor makes: its window would then span
+        another stretch of time than it was trained on (49 s instead of 49 h), which no score can show."""
+        period, card = self._store.config.period, engine.card
+        if card.period and not math.isclose(card.period, period, rel_tol=1e-6):
+            log.warning("model %s was trained on readings every %g s, but [windows] period is %g s: its %d-step window "
+                        "spans %s instead; set period = %g (ignore this for a replay faster than real time)",
+                        card.name, card.period, period, card.window, _span(card.window * period), card.period)  # fmt: skip
 
     # readings in
 
@@ -529,6 +546,7 @@ class Monitor:
             log.info("model swap %s: same model, kept all state of %d streams", engine.card.name, len(self._names))
         self.engine = engine
         self._bounds = self._new_bounds(engine)
+        self._check_period(engine)
         if differs:
             self._scaler = self._new_scaler(lanes)
         if not same_model:

@@ -229,6 +229,7 @@ def export(args: argparse.Namespace) -> int:
     if general:
         make_general(encoder, card)
     card.ranges = _channel_ranges(getattr(args, "range", []), card.channels)
+    card.period = float(getattr(args, "period", 0.0))
     series = None
     if not args.no_calibration:
         spec = dict(trainer.meta.get("data_spec") or {})

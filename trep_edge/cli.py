@@ -126,6 +126,8 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action="store_true", help="compare torch and onnxruntime (max |diff| <= 1e-4, identical alerts); exit 1 if not")
     p.add_argument("--graphs", help="extra graphs to embed, comma-separated from last_step, pruned_pair, step, or none "
                    "(default: every one that applies; each stores its own copy of the weights)")
+    p.add_argument("--period", type=float, default=0.0, help="seconds between the training data's readings, written "
+                   "to the card: a daemon whose [windows] period differs warns (default 0: any period)")
     p.add_argument("--range", action="append", default=[], metavar="CHANNEL=LOW:HIGH",
                    help="a channel's physically possible values (repeatable), e.g. HR=0:350: the runtime treats a "
                    "value outside as a sensor fault (missing for scoring, a sensor alert), not as an anomaly")

@@ -377,3 +377,13 @@ def test_swapping_in_a_model_with_other_channels_resets_the_windows(univariate_e
     monitor.ingest(Reading("bed1", float(T0 + 11), {"HR": 70.0, "SpO2": 97.0, "RESP": 15.0}))
     result = monitor.tick(T0 + 11)
     assert result.batch_rows == 2 and result.scored[0].window_start == T0 + 11 - 31
+
+
+def test_a_model_trained_on_another_period_is_named_in_a_warning(vitals_engine, caplog):
+    hourly = with_card(vitals_engine, period=3600.0)
+    with caplog.at_level(logging.WARNING, logger="trep_edge.runtime.monitor"):
+        Monitor(hourly, WindowConfig(period=3600.0))
+        assert not caplog.records
+        Monitor(hourly, WindowConfig(period=1.0))
+    assert len(caplog.records) == 1 and "every 3600 s, but [windows] period is 1 s" in caplog.text
+    assert "window spans 32 s instead; set period = 3600" in caplog.text
