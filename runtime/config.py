@@ -29,7 +29,7 @@ from typing import Any, Mapping
 from .alerts import AlertConfig
 from .detector import DetectorConfig
 from .engine import ENGINE_CHOICES
-from .payloads import channel_renames
+from .payloads import FORMATS, INFLUX_PRECISIONS, channel_renames
 from .sharding import Shard
 from .windows import WindowConfig
 
@@ -186,12 +186,20 @@ class InputConfig:
     rename: list[str] = _doc("channel renames SENT=CHANNEL, applied before channels are checked: a sensor's name for "
                              "a value -> the model's channel name (e.g. [\"O2Sat=SpO2\", \"Resp=RESP\"])",
                              factory=list)  # fmt: skip
+    format: str = _doc("payload format: json (readings, batches, SenML, plain numbers) or influx (InfluxDB line "
+                       "protocol, e.g. Telegraf's MQTT output)", "json")  # fmt: skip
+    influx_precision: str = _doc("unit of line-protocol timestamps: ns, us, ms or s", "ns")
     log_interval: float = _doc("seconds between log lines about one kind of bad input", 10.0)
     dead_letter_interval: float = _doc("seconds between dead-letter samples of one kind of bad input", 1.0)
 
     def __post_init__(self) -> None:
         if self.unknown_channels not in ("reject", "ignore"):
             raise ConfigError(f"input.unknown_channels must be 'reject' or 'ignore', got {self.unknown_channels!r}")
+        if self.format not in FORMATS:
+            raise ConfigError(f"input.format must be one of {list(FORMATS)}, got {self.format!r}")
+        if self.influx_precision not in INFLUX_PRECISIONS:
+            raise ConfigError(f"input.influx_precision must be one of {list(INFLUX_PRECISIONS)}, "
+                              f"got {self.influx_precision!r}")
         try:
             channel_renames(self.rename)
         except ValueError as exc:

@@ -503,7 +503,8 @@ class Daemon:
             self.metrics.inc(OTHER_SHARD_METRIC)
             return
         readings, errors = parse_payload_lenient(item.payload, item.stream, channels, now, cfg.max_bytes, cfg.max_skew,
-                                                 cfg.unknown_channels, renames, item.channel)  # fmt: skip
+                                                 cfg.unknown_channels, renames, item.channel, cfg.format,
+                                                 cfg.influx_precision)  # fmt: skip
         if item.stream is None and self.shard.count > 1:
             # Streams named in the payload: keep this shard's readings. Bad input of such messages names no stream
             # to route it by, so shard 0 alone reports it rather than every shard once.

@@ -36,6 +36,17 @@ number when its topic names the channel (shape 4).
    with the receive time; values of one stream that arrive within one period merge into one time step. Anything
    else is ``wrong_type`` (an object or array on such a topic is a producer using the wrong topic).
 
+5. **InfluxDB line protocol** (``[input] format = "influx"``, what Telegraf's MQTT output and many gateways send),
+   one reading per line::
+
+       machine,line=l3,unit=press2 oil_temp=41.7,vibration=0.03 1732200000000000000
+
+   Fields are the channels; integers (``12i``, ``12u``) and floats are values, strings and booleans are
+   ``wrong_type``. The timestamp (optional: receive time) is in ``[input] influx_precision`` units (ns by default).
+   The stream is the topic's, else the line's series key: measurement and tags as written (``machine,line=l3,
+   unit=press2``). A line that does not parse is ``bad_line``; blank lines and ``#`` comments are skipped. The
+   format is a setting, not guessed: a JSON number and a one-field line can look alike.
+
 Validation of every value (``values`` entries and SenML ``v``): a number is accepted; ``null`` is missing (NaN);
 the non-standard JSON literal ``NaN`` is also read as missing, because that is what common float serialisers
 (Python's ``json``) emit for a missing value; ``Infinity`` / ``-Infinity`` and numbers too large for a double
@@ -86,10 +97,17 @@ MALFORMED_KINDS = (
     "stream_mismatch",
     "bad_stream_id",
     "duplicate_key",
+    "bad_line",
 )
 """Every ``PayloadError.kind``, for per-kind counters."""
 
 UNKNOWN_CHANNEL_POLICIES = ("reject", "ignore")
+FORMATS = ("json", "influx")
+"""``[input] format``: JSON readings, batches, SenML and plain numbers; or InfluxDB line protocol."""
+INFLUX_PRECISIONS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+_INFLUX_ESCAPE = re.compile(r"\\([,= \\])")
+_INFLUX_INTEGER = re.compile(r"[+-]?\d+[iu]")
+_INFLUX_BOOLEANS = frozenset({"t", "T", "true", "True", "TRUE", "f", "F", "false", "False", "FALSE"})
 SENML_RELATIVE_LIMIT = 2**28
 """SenML times below this are relative to now (RFC 8428 §4.5.3)."""
 SENML_VERSION = 10
@@ -148,10 +166,12 @@ def parse_payload(
     unknown_channels: str = "reject",
     rename: Mapping[str, str] | None = None,
     channel: str | None = None,
+    format: str = "json",
+    influx_precision: str = "ns",
 ) -> list[Reading]:
     """Parse a message into readings, all or nothing: raise the first ``PayloadError`` (module docstring)."""
     readings, errors = parse_payload_lenient(payload, stream, channels, now, max_bytes, max_skew, unknown_channels,
-                                             rename, channel)  # fmt: skip
+                                             rename, channel, format, influx_precision)  # fmt: skip
     if errors:
         raise errors[0]
     return readings
@@ -167,14 +187,19 @@ def parse_payload_lenient(
     unknown_channels: str = "reject",
     rename: Mapping[str, str] | None = None,
     channel: str | None = None,
+    format: str = "json",
+    influx_precision: str = "ns",
 ) -> tuple[list[Reading], list[PayloadError]]:
     """Parse a message into its good readings and one ``PayloadError`` per rejected reading; never raises on data.
 
     ``stream`` is the stream id from the topic (None when the topic carries none), ``channels`` the model card's
     channel names (None for a channel-independent model: any well-formed name), ``now`` the receive time in epoch
     seconds, ``rename`` sent name → model channel, ``channel`` the channel a ``{channel}`` topic level names (the
-    payload is then one number).
+    payload is then one number), ``format`` one of ``FORMATS`` with ``influx_precision`` its timestamp unit.
     """
+    if format not in FORMATS or influx_precision not in INFLUX_PRECISIONS:
+        raise ValueError(f"format must be one of {FORMATS} and influx_precision one of {sorted(INFLUX_PRECISIONS)}, "
+                         f"got {format!r}, {influx_precision!r}")
     if unknown_channels not in UNKNOWN_CHANNEL_POLICIES:
         raise ValueError(f"unknown_channels must be one of {UNKNOWN_CHANNEL_POLICIES}, got {unknown_channels!r}")
     if not math.isfinite(now):
@@ -182,6 +207,8 @@ def parse_payload_lenient(
     known = None if channels is None else frozenset(channels)
     ctx = _Context(stream, known, float(now), float(max_skew), unknown_channels == "ignore", rename or {})
     try:
+        if format == "influx":
+            return _influx(_text(payload, max_bytes, "bad_line"), ctx, INFLUX_PRECISIONS[influx_precision])
         document = _decode(payload, max_bytes)
         if stream is not None:
             _check_stream_id(stream, "topic stream")
@@ -216,7 +243,8 @@ def channel_renames(entries: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def _decode(payload: bytes, max_bytes: int) -> Any:
+def _text(payload: bytes, max_bytes: int, unreadable: str = "not_json") -> str:
+    """The message as UTF-8 text within the size limit; bytes that are not UTF-8 are ``unreadable``."""
     if isinstance(payload, str):
         payload = payload.encode("utf-8")
     if not isinstance(payload, (bytes, bytearray, memoryview)):
@@ -227,10 +255,15 @@ def _decode(payload: bytes, max_bytes: int) -> Any:
     if not data.strip():
         raise PayloadError("empty", "the message is empty")
     try:
-        text = data.decode("utf-8-sig")
-        return json.loads(text, parse_constant=float, parse_int=_integer, object_pairs_hook=_unique_keys)
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise PayloadError("not_json", f"the message is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+        raise PayloadError(unreadable, f"the message is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+
+
+def _decode(payload: bytes, max_bytes: int) -> Any:
+    text = _text(payload, max_bytes)
+    try:
+        return json.loads(text, parse_constant=float, parse_int=_integer, object_pairs_hook=_unique_keys)
     except PayloadError:
         raise
     except RecursionError:
@@ -493,4 +526,86 @@ def _senml(records: list, ctx: _Context) -> tuple[list[Reading], list[PayloadErr
             errors.append(PayloadError("empty", f"no record of a known channel at time {key[1]} (stream {key[0]!r})"))
         else:
             readings.append(Reading(key[0], key[1], values))
+    return readings, errors
+
+
+def _influx_split(text: str, sep: str, limit: int = -1) -> list[str]:
+    """Split line-protocol text on ``sep`` outside backslash escapes and double-quoted strings."""
+    parts, start, quoted, i = [], 0, False, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == '"':
+            quoted = not quoted
+        elif ch == sep and not quoted and (limit < 0 or len(parts) < limit):
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    return parts + [text[start:]]
+
+
+def _influx_pair(text: str, what: str) -> tuple[str, str]:
+    parts = _influx_split(text, "=", 1)
+    if len(parts) != 2 or not parts[0] or not parts[1]:
+        raise PayloadError("bad_line", f"{what} {text[:40]!r} is not key=value")
+    return _INFLUX_ESCAPE.sub(r"\1", parts[0]), parts[1]
+
+
+def _influx_value(text: str, what: str) -> float:
+    if text.startswith('"') or text in _INFLUX_BOOLEANS:
+        kind = "string" if text.startswith('"') else "boolean"
+        raise PayloadError("wrong_type", f"{what} is a {kind}: only numbers are readings")
+    if _INFLUX_INTEGER.fullmatch(text):
+        text = text[:-1]
+    try:
+        value = float(text)
+    except ValueError:
+        raise PayloadError("bad_line", f"{what} {text[:40]!r} is not a line-protocol number") from None
+    if not math.isfinite(value):
+        raise PayloadError("non_finite", f"{what} must be finite, got {text[:40]}")
+    return value
+
+
+def _influx_line(line: str, ctx: _Context, unit: float) -> Reading:
+    sections = _influx_split(line, " ")
+    sections = [part for part in sections if part]  # runs of spaces separate sections too
+    if len(sections) not in (2, 3):
+        raise PayloadError("bad_line", "a line is 'measurement[,tag=value...] field=value[,...] [timestamp]'")
+    series, fields = sections[0], sections[1]
+    if ctx.topic_stream is None:
+        # The series key as written (measurement and tags) names the stream, as it names the series in InfluxDB.
+        stream = _resolve_stream(ctx, series)
+    else:
+        stream = ctx.topic_stream
+    values: dict[str, float] = {}
+    unknown: list[str] = []
+    for field in _influx_split(fields, ","):
+        name, raw = _influx_pair(field, "field")
+        name = ctx.rename.get(name, name)
+        if ctx.knows(name):
+            values[name] = _influx_value(raw, f"field {name[:40]!r}")
+        else:
+            unknown.append(name)
+    values = _known_values(values, unknown, ctx)
+    if len(sections) == 2:
+        return Reading(stream, ctx.now, values)
+    if not re.fullmatch(r"-?\d{1,19}", sections[2]):
+        raise PayloadError("bad_line", f"timestamp {sections[2][:40]!r} must be an integer")
+    return Reading(stream, _check_skew(int(sections[2]) * unit, ctx), values)
+
+
+def _influx(text: str, ctx: _Context, unit: float) -> tuple[list[Reading], list[PayloadError]]:
+    """Shape 5: one reading per line of InfluxDB line protocol; a bad line rejects itself only."""
+    lines = [(i, line.strip()) for i, line in enumerate(text.splitlines())]
+    lines = [(i, line) for i, line in lines if line and not line.startswith("#")]
+    if not lines:
+        raise PayloadError("empty", "the message holds no line")
+    readings, errors = [], []
+    for i, line in lines:
+        try:
+            readings.append(_influx_line(line, ctx, unit))
+        except PayloadError as exc:
+            errors.append(PayloadError(exc.kind, str(exc), i))
     return readings, errors

@@ -142,3 +142,30 @@ def test_one_plain_number_per_topic_is_a_reading_of_the_channel_the_topic_names(
         collector.close()
         daemon.stop(signal.SIGKILL)
         broker.stop()
+
+
+def test_influx_line_protocol_streams_are_scored_by_series_key_and_bad_lines_counted(tmp_path):
+    broker = Broker(tmp_path / "broker")
+    broker.start()
+    tables = daemon_tables(broker, MODEL, tmp_path, mqtt={"topics": ["telegraf/#"]}, input={"format": "influx"})
+    daemon = DaemonProcess(tmp_path, tables)
+    collector = Collector(broker.port, ["trep-edge/scores/#"])
+    try:
+        daemon.start()
+        daemon.wait_http("/readyz", timeout=60)
+        t0 = int(time.time()) - 100
+        lines = [f"machine,line=l3 oil_temp={40 + k % 3},vibration={k % 2}i {(t0 + k) * 10**9}" for k in range(20)]
+        # One message of Telegraf's batch shape with a bad line in it, then the rest one line per message.
+        publish(broker.port, [("telegraf/host1", "\n".join(lines[:10] + ['machine,line=l3 oil_temp="hot"',
+                                                                        "machine oil_temp"]))]
+                + [("telegraf/host1", line) for line in lines[10:]])  # fmt: skip
+        scores = collector.wait_count("trep-edge/scores/machine,line=l3", 20)
+        assert sorted(s.json()["timestamp"] for s in scores) == [t0 + k for k in range(20)]
+        metrics = daemon.metrics()
+        assert metrics['trep_edge_malformed_total{kind="bad_line"}'] == 1
+        assert metrics['trep_edge_malformed_total{kind="wrong_type"}'] == 1
+        assert metrics["trep_edge_readings_total"] == 20
+    finally:
+        collector.close()
+        daemon.stop(signal.SIGKILL)
+        broker.stop()

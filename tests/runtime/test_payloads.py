@@ -298,3 +298,41 @@ def test_a_topic_that_names_the_channel_carries_one_plain_number():
     assert [e.kind for e in one(b"1", stream=None)[1]] == ["missing_field"]
     # A channel-independent model takes any channel the topic names.
     assert parse_payload_lenient(b"3.5", "pump7", None, NOW, channel="flow")[0][0].values == {"flow": 3.5}
+
+
+# InfluxDB line protocol
+
+
+def influx(text, stream=None, **kw):
+    return parse_payload_lenient(text.encode(), stream, CHANNELS, NOW, format="influx", **kw)
+
+
+def test_line_protocol_lines_are_readings_named_by_their_series_key_or_the_topic():
+    ns = int(NOW * 1e9)
+    readings, errors = influx(f"vitals,ward=icu,bed=12 HR=72,SpO2=97i {ns}\n# comment\n\nvitals,bed=13 RESP=16u\n")
+    assert errors == []
+    assert readings == [Reading("vitals,ward=icu,bed=12", NOW, {"HR": 72.0, "SpO2": 97.0}),
+                        Reading("vitals,bed=13", NOW, {"RESP": 16.0})]  # fmt: skip
+    assert influx(f"vitals,bed=12 HR=72 {ns}", stream="bed12")[0][0].stream == "bed12"
+    assert influx("vitals HR=72 1732200000", influx_precision="s")[0][0].timestamp == NOW
+    escaped, _ = influx('my\\ vitals,bed\\,id=a\\ b HR=1,RESP=2')
+    assert escaped[0].stream == "my\\ vitals,bed\\,id=a\\ b" and escaped[0].values == {"HR": 1.0, "RESP": 2.0}
+
+
+@pytest.mark.parametrize("line, kind", [
+    ("vitals", "bad_line"), ("vitals HR", "bad_line"), ("vitals HR=abc", "bad_line"), ("a b c d", "bad_line"),
+    ("vitals HR=72 12.5", "bad_line"), ('vitals HR="72"', "wrong_type"), ("vitals HR=true", "wrong_type"),
+    ("vitals HR=inf", "non_finite"), ("vitals Temp=37", "unknown_channel"), ("vitals HR=72 1", "absurd_timestamp"),
+    ("vitals+x HR=72", "bad_stream_id"),
+])  # fmt: skip
+def test_a_bad_line_is_rejected_alone_by_kind(line, kind):
+    readings, errors = influx(f"vitals SpO2=97\n{line}\nvitals RESP=16")
+    assert [r.values for r in readings] == [{"SpO2": 97.0}, {"RESP": 16.0}]
+    assert [(e.kind, e.index) for e in errors] == [(kind, 1)]
+
+
+def test_line_protocol_that_is_not_text_is_a_bad_line_and_the_format_is_checked():
+    assert [e.kind for e in influx("")[1]] == ["empty"]
+    assert [e.kind for e in parse_payload_lenient(b"\xff\xfe", None, CHANNELS, NOW, format="influx")[1]] == ["bad_line"]
+    with pytest.raises(ValueError, match="format must be one of"):
+        parse_payload_lenient(b"x", None, CHANNELS, NOW, format="csv")
