@@ -269,6 +269,7 @@ class Daemon:
         self._cost: float | None = None  # seconds of intake + scoring per message, smoothed over ticks
         self._busy = 0.0  # seconds spent taking in messages since the last tick (the idle wait is not work)
         self._last_status = time.monotonic()
+        self._period_mismatches = 0  # streams reported as sampled at another period than the model's
         self._last_loop = time.monotonic()
         self._last_checkpoint = time.monotonic()
         self._publish_model_metrics()
@@ -610,7 +611,22 @@ class Daemon:
         self.metrics.set("trep_edge_checkpoint_age_seconds", time.monotonic() - self._last_checkpoint)
         if time.monotonic() - self._last_status >= STATUS_COUNTS_INTERVAL:
             self._last_status = time.monotonic()
-            self.link.publish_status({"counters": self._counters()})
+            self.link.publish_status({"counters": self._counters(), "period_mismatch": self._period_check()})
+
+    def _period_check(self) -> dict[str, Any]:
+        """Streams sampled at another period than the model learned (more than 2x off): metric, status and a log
+        line whenever their number grows. Such a stream's window spans another stretch of time than the model's."""
+        off = self.monitor.period_mismatches()
+        self.metrics.set("trep_edge_streams_period_mismatch", len(off))
+        if len(off) > self._period_mismatches:
+            name, seen = next(iter(off.items()))
+            log.warning("%d stream(s) send at another period than model %s was trained on (%g s): e.g. %s every "
+                        "%.3g s; their windows span another stretch of time than the model learned (set [windows] "
+                        "period and route them to a model of their period)", len(off), self.engine.card.name,
+                        self.engine.card.period, name, seen)  # fmt: skip
+        self._period_mismatches = len(off)
+        return {"streams": len(off), "model_period": self.engine.card.period,
+                "examples": dict(list(off.items())[:5])}  # fmt: skip
 
     def _counters(self) -> dict[str, Any]:
         """The counters an integrator limited to MQTT sees on the status topic (the same as /metrics)."""

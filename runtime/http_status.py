@@ -160,6 +160,8 @@ def monitor_metrics() -> Metrics:
     m.declare("trep_edge_rejected_total", "counter", "readings refused by the window policy (late, ...), by kind")
     m.declare("trep_edge_queue_depth", "gauge", "messages waiting between the network thread and the scoring loop")
     m.declare("trep_edge_scored_total", "counter", "readings scored")
+    m.declare("trep_edge_streams_period_mismatch", "gauge", "streams whose observed sampling period is more than 2x "
+              "off the model card's")
     m.declare("trep_edge_streams_refused_total", "counter", "readings of new streams refused at [windows] max_streams, "
               "by the topic template they arrived on")
     m.declare("trep_edge_streams_evicted_total", "counter", "streams closed after [monitor] evict_after seconds of "

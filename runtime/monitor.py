@@ -312,6 +312,18 @@ class Monitor:
             self._track_faults(reading, bad, stamp)
         return None
 
+    def period_mismatches(self, factor: float = 2.0) -> dict[str, float]:
+        """Streams whose observed sampling period differs from the model card's by more than ``factor`` (either
+        way), with that period in seconds; none when the card declares no period (a model for any period)."""
+        period = self.engine.card.period
+        if not period:
+            return {}
+        observed = self._store.observed_periods()
+        with np.errstate(invalid="ignore"):
+            off = np.flatnonzero((observed > factor * period) | (observed < period / factor))
+        streams = self._lane_stream[off] if self.independent else off
+        return {self._names[int(i)]: float(observed[lane]) for i, lane in zip(streams, off)}
+
     def silent(self, now: float, after: float) -> list[str]:
         """Streams whose last accepted reading arrived more than ``after`` seconds before ``now``."""
         return [self._names[i] for i in np.flatnonzero(now - self._seen > after).tolist()]

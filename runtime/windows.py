@@ -176,8 +176,13 @@ class WindowStore:
         self._needs_reset = np.zeros(capacity, dtype=bool)
         self._late_run = np.zeros(capacity, dtype=np.int64)
         self._ahead_run = np.zeros(capacity, dtype=np.int64)
+        # The stream's own sampling period, observed: newest reading time, mean log10 interval, intervals seen.
+        self._seen_at = np.full(capacity, np.nan)
+        self._interval_log = np.zeros(capacity)
+        self._intervals = np.zeros(capacity, dtype=np.int64)
 
-    _ARRAYS = ("_buf", "_mem", "_fill", "_fill_age", "_last", "_started", "_needs_reset", "_late_run", "_ahead_run")
+    _ARRAYS = ("_buf", "_mem", "_fill", "_fill_age", "_last", "_started", "_needs_reset", "_late_run", "_ahead_run",
+               "_seen_at", "_interval_log", "_intervals")  # fmt: skip
 
     def _grow(self) -> None:
         n = self.n_streams
@@ -214,6 +219,9 @@ class WindowStore:
         self._needs_reset[i] = False
         self._late_run[i] = 0
         self._ahead_run[i] = 0
+        self._seen_at[i] = np.nan
+        self._interval_log[i] = 0.0
+        self._intervals[i] = 0
 
     def remove_stream(self, i: int) -> None:
         """Forget stream ``i``; later streams move down by one (``np.delete`` numbering)."""
@@ -307,7 +315,25 @@ class WindowStore:
             pending.values[col] = value
         self.counters["duplicate"] += duplicate
         self.counters["readings_accepted"] += 1
+        self._observe_interval(i, timestamp)
         return None
+
+    def _observe_interval(self, i: int, timestamp: float) -> None:
+        """Learn the stream's sampling interval from its reading times. Readings within ``settle`` of the newest are
+        one step's channels sent apart, not a sampling interval; the mean is of log intervals (a gap or a burst
+        moves it by a factor, not by its length) over about the last 20."""
+        gap = timestamp - self._seen_at[i]
+        if not gap <= 0:  # the first reading (NaN) or a newer one
+            self._seen_at[i] = timestamp
+        if gap > max(self.config.settle, 1e-9):
+            n = min(int(self._intervals[i]) + 1, 20)
+            self._interval_log[i] += (math.log10(gap) - self._interval_log[i]) / n
+            self._intervals[i] += 1
+
+    def observed_periods(self, min_intervals: int = 8) -> np.ndarray:
+        """Each stream's observed sampling period in seconds (``[S]``; NaN before ``min_intervals`` intervals)."""
+        n = self.n_streams
+        return np.where(self._intervals[:n] >= min_intervals, 10.0 ** self._interval_log[:n], np.nan)
 
     def _reject(self, kind: str) -> str:
         self.counters[kind] += 1

@@ -169,3 +169,33 @@ def test_influx_line_protocol_streams_are_scored_by_series_key_and_bad_lines_cou
         collector.close()
         daemon.stop(signal.SIGKILL)
         broker.stop()
+
+
+def test_streams_sampled_at_another_period_than_the_model_are_reported(tmp_path):
+    """The ICU model learned hourly steps (card period 3600 s); a bed sending every second is reported on the log,
+    the status topic and a metric, and the config's own period mismatch is named at start."""
+    broker = Broker(tmp_path / "broker")
+    broker.start()
+    icu = Path(__file__).resolve().parents[2] / "models" / "icu-vitals.onnx"
+    tables = daemon_tables(broker, icu, tmp_path, mqtt={"topics": ["icu/{bed}/vitals"]})
+    daemon = DaemonProcess(tmp_path, tables)
+    status = Collector(broker.port, ["trep-edge/status/#"])
+    try:
+        daemon.start()
+        daemon.wait_http("/readyz", timeout=60)
+        t0 = int(time.time()) - 100
+        vitals = {"HR": 80, "O2Sat": 97, "Temp": 37, "SBP": 120, "MAP": 85, "DBP": 65, "Resp": 18}
+        publish(broker.port, [("icu/bed1/vitals", json.dumps({"ts": t0 + k, "values": vitals})) for k in range(12)])
+        deadline = time.monotonic() + 25
+        while daemon.metrics().get("trep_edge_streams_period_mismatch") != 1 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert daemon.metrics()["trep_edge_streams_period_mismatch"] == 1
+        log = daemon.log_text()
+        assert "trained on readings every 3600 s, but [windows] period is 1 s" in log
+        assert "1 stream(s) send at another period than model icu-vitals was trained on (3600 s): e.g. bed1 every 1 s" in log
+        reports = [m.json().get("period_mismatch") for m in status.select("trep-edge/status/")]
+        assert {"streams": 1, "model_period": 3600.0, "examples": {"bed1": 1.0}} in reports
+    finally:
+        status.close()
+        daemon.stop(signal.SIGKILL)
+        broker.stop()

@@ -387,3 +387,13 @@ def test_a_model_trained_on_another_period_is_named_in_a_warning(vitals_engine, 
         Monitor(hourly, WindowConfig(period=1.0))
     assert len(caplog.records) == 1 and "every 3600 s, but [windows] period is 1 s" in caplog.text
     assert "window spans 32 s instead; set period = 3600" in caplog.text
+
+
+def test_streams_sampled_far_from_the_models_period_are_named(vitals_engine):
+    monitor = Monitor(with_card(vitals_engine, period=60.0), WindowConfig(period=1.0, max_gap=10_000))
+    for k in range(20):
+        monitor.ingest(vitals(k, 70))  # bed1: every second
+        monitor.ingest(Reading("bed2", float(T0 + 60 * k), {"HR": 70.0, "SpO2": 97.0, "RESP": 16.0}))
+        monitor.ingest(Reading("bed3", float(T0 + 100 * k), {"HR": 70.0, "SpO2": 97.0, "RESP": 16.0}))
+    assert monitor.period_mismatches() == {"bed1": 1.0}  # 100 s is within a factor 2 of 60 s
+    assert Monitor(vitals_engine).period_mismatches() == {}  # a card without a period fits any

@@ -311,3 +311,17 @@ def test_collect_without_windows_gives_the_same_rows_and_state():
         if field.name != "windows":
             np.testing.assert_array_equal(getattr(full, field.name), getattr(lean, field.name), err_msg=field.name)
     np.testing.assert_array_equal(with_w.window_of(0), without.window_of(0))
+
+
+def test_each_streams_sampling_period_is_observed_from_its_reading_times():
+    store = WindowStore(make_card(), WindowConfig(period=60.0, settle=2.0, max_gap=1000))
+    for k in range(12):
+        feed(store, "minutely", 60.0 * k, HR=1)
+        feed(store, "minutely", 60.0 * k + 0.5, SpO2=1)  # the same step's other channel, sent apart within settle
+        if k < 7:
+            feed(store, "young", 10.0 * k, HR=1)
+    feed(store, "minutely", 60.0 * 12 + 3600, HR=1)  # one long gap moves the estimate by a factor, not to an hour
+    periods = store.observed_periods()
+    assert 60.0 < periods[0] < 60.0 * 1.4 and np.isnan(periods[1])  # "young": 6 intervals are not enough yet
+    restored = WindowStore.from_state(make_card(), npz_round_trip(store.state_dict()))
+    np.testing.assert_array_equal(restored.observed_periods(), periods)
