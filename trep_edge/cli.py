@@ -331,16 +331,23 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
 def _demo_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo",
-        help="ICU monitoring demo: private broker, daemon, PhysioNet patients replayed as beds",
-        description="Starts a private Mosquitto on a free loopback port (or uses --broker), the monitor daemon with "
-        "the default model, and replays PhysioNet 2019 patients as bedside streams; prints live counters and every "
-        "alert, then scores the bed with the most alerts offline and prints the PNG path.",
+        help="end-to-end demo: private broker, daemon, real data replayed (ICU beds, or plant machines)",
+        description="Starts a private Mosquitto on a free loopback port (or uses --broker) and the monitor daemon. "
+        "Scenario icu: the default model, PhysioNet 2019 patients replayed as bedside streams, live counters and every "
+        "alert, alerts set against the sepsis labels, one bed scored offline as a PNG. Scenario plant: the general "
+        "model, machines of real signals at scales 1e-3 to 1e4 with injected faults, and the faults found, missed "
+        "and the false alarms.",
         formatter_class=_HelpFormatter,
     )
-    p.add_argument("--model", help="ONNX model with its card (default: the shipped models/icu-vitals.onnx)")
+    p.add_argument("--scenario", choices=("icu", "plant"), default="icu", help="ICU beds, or plant machines")
+    p.add_argument("--model", help="ONNX model with its card (default: the shipped icu-vitals.onnx; general.onnx "
+                   "for the plant)")
     p.add_argument("--broker", help="HOST:PORT of an existing broker instead of a private mosquitto")
     p.add_argument("--beds", type=int, default=40, help="patients replayed as beds")
-    p.add_argument("--rate", type=float, default=10.0, help="readings per second per bed (each reading is one hour)")
+    p.add_argument("--machines", type=int, default=11, help="plant: machines, one per fault kind in turn (11: all)")
+    p.add_argument("--seed", type=int, default=0, help="plant: which signals and fault positions")
+    p.add_argument("--rate", type=float, default=10.0, help="readings per second per bed or machine (icu: each "
+                   "reading is one hour; plant: use 100 or more, a machine sends 1,500)")
     p.add_argument("--every", type=float, default=3.0, help="seconds between live summary lines")
     p.add_argument("--out", default="runs/demo", help="folder for the daemon log, the CSV and the PNG")
     p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
