@@ -89,7 +89,9 @@ def _sources(root: Path) -> list[tuple[str, np.ndarray]]:
             out.append((f"{name}.{'+'.join(frame.channels[k : k + 3])}", values[:, k : k + 3].astype(np.float64)))
     mimic = load_csv(next((root / "icu_vitals" / "s00001_numerics").glob("*_decoded.csv")), zero_as_missing=True)
     half = mimic.values[len(mimic.values) // 2 :].astype(np.float64)
-    cols = [c for c in range(half.shape[1]) if np.isfinite(half[:, c]).mean() > 0.8 and np.nanstd(half[:, c]) > 0]
+    # Sensor channels only: the first column is the recording's minute counter, a clock rather than a signal.
+    cols = [c for c in range(half.shape[1]) if np.isfinite(half[:, c]).mean() > 0.8 and np.nanstd(half[:, c]) > 0
+            and not (np.diff(half[np.isfinite(half[:, c]), c]) > 0).all()]
     out.append(("mimic." + "+".join(mimic.channels[c] for c in cols[:3]), half[:, cols[:3]]))
     return out
 
