@@ -110,7 +110,7 @@ class DetectorConfig:
     scale_warmup: int = 100
     scale_adapt: int = 10_000
     prior_weight: int = 100
-    record_decay: float = 0.01
+    record_decay: float = 0.003
     record_cap: float = 9.0
 
     def __post_init__(self) -> None:
