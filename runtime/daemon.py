@@ -594,9 +594,8 @@ class Daemon:
     def _evict(self, after: float) -> None:
         """Close the streams silent for ``after`` seconds: clear their open episodes, forget their state."""
         silent = self.monitor.silent(time.time(), after)
-        for stream in silent:
-            for alert in self.monitor.remove_stream(stream):
-                self._publish_alert(alert)
+        for alert in self.monitor.remove_streams(silent) if silent else []:
+            self._publish_alert(alert)
         if silent:
             self.metrics.inc("trep_edge_streams_evicted_total", len(silent))
             log.info("closed %d stream(s) silent for %.0f s (e.g. %s)", len(silent), after, silent[0])

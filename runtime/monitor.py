@@ -507,33 +507,40 @@ class Monitor:
 
     def remove_stream(self, stream: str, now: float | None = None) -> list[AlertOut]:
         """Forget a stream (and its pending readings); returns a ``cleared`` event for an episode it left open."""
-        i, lanes = self._stream_lanes(stream)
+        return self.remove_streams([stream], now)
+
+    def remove_streams(self, streams: list[str], now: float | None = None) -> list[AlertOut]:
+        """Forget streams in one pass over the per-stream state (an eviction sweep may close thousands); returns a
+        ``cleared`` event for each episode they left open, and queues the clearing of their sensor faults."""
+        stamp = time.time() if now is None else now
+        for stream in streams:
+            self._stream_lanes(stream)  # unknown names are refused before anything changes
+        idx = np.array(sorted({self._index[s] for s in streams}), dtype=np.int64)
+        lanes = np.flatnonzero(np.isin(self._lane_stream, idx))
         out = []
-        if self._tracker.active_[i]:
-            severity = ("none", "warning", "critical")[int(self._tracker.severity_[i])]
-            alert_id = f"{stream}-{int(self._tracker.episode_[i])}"
-            stamp = time.time() if now is None else now
-            missing = dict.fromkeys(self._store.channels, math.nan)
-            out.append(AlertOut(alert_id, stream, "cleared", severity, math.nan, math.nan, "", missing,
-                                math.nan, math.nan, stamp))  # fmt: skip
+        missing = dict.fromkeys(self._store.channels, math.nan)
+        for i in idx[self._tracker.active_[idx]].tolist():
+            stream, severity = self._names[i], ("none", "warning", "critical")[int(self._tracker.severity_[i])]
+            out.append(AlertOut(f"{stream}-{int(self._tracker.episode_[i])}", stream, "cleared", severity, math.nan,
+                                math.nan, "", dict(missing), math.nan, math.nan, stamp))  # fmt: skip
             self._counters["alerts_cleared"] += 1
-        for channel in sorted(self._faults.pop(stream, ())):
-            self._sensor_event(stream, channel, "cleared", math.nan, time.time() if now is None else now)
-        for lane in sorted(lanes.tolist(), reverse=True):
-            self._store.remove_stream(lane)
+        for i in idx.tolist():
+            for channel in sorted(self._faults.pop(self._names[i], ())):
+                self._sensor_event(self._names[i], channel, "cleared", math.nan, stamp)
+        self._store.remove_streams(lanes)
         if self._steps is not None:
             self._steps.remove_streams(lanes)
         if self._scaler is not None:
             self._scaler.remove_streams(self._scaler_rows(lanes))
-        self._detector.remove(np.array([i]), lanes)
-        self._tracker.remove_streams(np.array([i]))
-        self._seen = np.delete(self._seen, i)
-        self._lane_stream = np.delete(self._lane_stream, lanes)
-        self._lane_stream[self._lane_stream > i] -= 1
-        del self._index[self._names.pop(i)]
-        for j in range(i, len(self._names)):
-            self._index[self._names[j]] = j
-        self._counters["streams_removed"] += 1
+        self._detector.remove(idx, lanes)
+        self._tracker.remove_streams(idx)
+        self._seen = np.delete(self._seen, idx)
+        kept = np.delete(self._lane_stream, lanes)
+        self._lane_stream = kept - np.searchsorted(idx, kept)  # renumber past the removed streams
+        removed = set(idx.tolist())
+        self._names = [name for i, name in enumerate(self._names) if i not in removed]
+        self._index = {name: i for i, name in enumerate(self._names)}
+        self._counters["streams_removed"] += len(idx)
         return out
 
     def swap_engine(self, engine: Engine) -> None:

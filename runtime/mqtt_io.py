@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import re
 import ssl
@@ -263,6 +264,7 @@ class MqttLink:
         self._status = dict(status)
         self._on_drop = on_drop
         self._on_refused = on_refused
+        self._refused_logged, self._refused_quiet = -math.inf, 0  # refusals are logged at most every 10 s
         self.connected = False
         self.subscribed = False  # the broker acknowledged the telemetry subscriptions of the current connection
         self._stopping = False
@@ -337,12 +339,23 @@ class MqttLink:
         reason = unpublishable(topic, payload)
         if reason is None:
             try:
-                return self.client.publish(topic, payload, qos=qos, retain=retain)
+                info = self.client.publish(topic, payload, qos=qos, retain=retain)
             except (ValueError, TypeError) as exc:  # paho's own checks (e.g. a payload over 268 MB)
                 reason = str(exc)
+            else:
+                if info.rc != mqtt.MQTT_ERR_QUEUE_SIZE:
+                    return info
+                # paho drops a message beyond max_queued_messages and says so only in the return code.
+                reason = "paho's outgoing queue is full (broker gone or slower than the daemon): dropped"
         # A packet the broker would call malformed disconnects us, and paho resends a QoS >= 1 one after every
         # reconnect (a loop that never ends): refuse it here, once, and count it.
-        log.warning("publish to %s refused: %s", ascii(topic)[:200], reason)
+        now = time.monotonic()
+        if now - self._refused_logged >= 10.0:
+            more = f" ({self._refused_quiet} more refused in the last 10 s)" if self._refused_quiet else ""
+            log.warning("publish to %s refused: %s%s", ascii(topic)[:200], reason, more)
+            self._refused_logged, self._refused_quiet = now, 0
+        else:
+            self._refused_quiet += 1
         if self._on_refused is not None:
             self._on_refused(topic, reason)
         return None

@@ -105,14 +105,22 @@ class StreamState:
     """Per-stream streaming state held as rows of numpy arrays (row i = stream i), with save/restore.
 
     Subclasses define ``_fresh(n)`` (initial rows for n new streams, one array per attribute name) and
-    ``_config()`` (JSON-able constructor keyword arguments other than ``n_streams``).
+    ``_config()`` (JSON-able constructor keyword arguments other than ``n_streams``). Each attribute is a view of
+    the first ``n_streams`` rows of a larger buffer that doubles when full: adding streams one at a time (a
+    producer inventing ids) then costs amortised O(1) per stream, not a copy of every stream's state each time.
+    Subclasses update rows in place and never rebind the attributes.
     """
 
     def __init__(self, n_streams: int = 0) -> None:
         fresh = self._fresh(n_streams)
         self._names = tuple(fresh)
-        for name, rows in fresh.items():
-            setattr(self, name, rows)
+        self._set_buffers(fresh, n_streams)
+
+    def _set_buffers(self, buffers: dict[str, np.ndarray], n: int) -> None:
+        """Adopt ``buffers`` (first axis: capacity >= n) and expose their first ``n`` rows as the attributes."""
+        self._buffers, self._n = buffers, n
+        for name, buf in buffers.items():
+            setattr(self, name, buf[:n])
 
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
         raise NotImplementedError
@@ -127,7 +135,7 @@ class StreamState:
     @property
     def n_streams(self) -> int:
         """Number of streams (rows)."""
-        return int(getattr(self, self._names[0]).shape[0])
+        return self._n
 
     def _rows(self, stream_idx: np.ndarray, values: np.ndarray | None = None, name: str = "values") -> np.ndarray:
         """Validate stream indices (1-D, distinct, in range) and, if given, that ``values`` matches them."""
@@ -147,16 +155,29 @@ class StreamState:
         """Append ``n`` fresh streams and return their indices."""
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
-        start = self.n_streams
+        start, buffers = self._n, self._buffers
+        capacity = next(iter(buffers.values())).shape[0]
+        if start + n > capacity:
+            capacity = max(2 * capacity, start + n, 8)
+            grown = {}
+            for name, buf in buffers.items():
+                grown[name] = np.empty((capacity,) + buf.shape[1:], dtype=buf.dtype)
+                grown[name][:start] = buf[:start]
+            buffers = grown
         for name, rows in self._fresh(n).items():
-            setattr(self, name, np.concatenate([getattr(self, name), rows]))
+            buffers[name][start : start + n] = rows
+        self._set_buffers(buffers, start + n)
         return np.arange(start, start + n)
 
     def remove_streams(self, stream_idx: np.ndarray) -> None:
         """Drop streams; later streams move down to fill the gaps, as ``np.delete`` would renumber them."""
         idx = self._rows(stream_idx)
-        for name in self._names:
-            setattr(self, name, np.delete(getattr(self, name), idx, axis=0))
+        keep = np.ones(self._n, dtype=bool)
+        keep[idx] = False
+        left = int(keep.sum())
+        for buf in self._buffers.values():
+            buf[:left] = buf[: self._n][keep]
+        self._set_buffers(self._buffers, left)
 
     def reset_streams(self, stream_idx: np.ndarray) -> None:
         """Return streams to their initial state, keeping their indices."""
@@ -194,8 +215,7 @@ class StreamState:
         if len({a.shape[0] for a in arrays.values()}) != 1:
             shapes = {k: a.shape for k, a in arrays.items()}
             raise ValueError(f"state arrays disagree on the number of streams: {shapes}")
-        for name, arr in arrays.items():
-            setattr(obj, name, arr.copy())
+        obj._set_buffers({name: arr.copy() for name, arr in arrays.items()}, next(iter(arrays.values())).shape[0])
         return obj
 
 

@@ -223,16 +223,19 @@ class WindowStore:
         self._interval_log[i] = 0.0
         self._intervals[i] = 0
 
-    def remove_stream(self, i: int) -> None:
-        """Forget stream ``i``; later streams move down by one (``np.delete`` numbering)."""
+    def remove_streams(self, idx: np.ndarray) -> None:
+        """Forget streams ``idx`` in one pass; later streams move down (``np.delete`` numbering)."""
         n = self.n_streams
+        keep = np.ones(n, dtype=bool)
+        keep[np.asarray(idx, dtype=np.int64)] = False
+        left = int(keep.sum())
         for name in self._ARRAYS:
             arr = getattr(self, name)
-            arr[i : n - 1] = arr[i + 1 : n]
-        self.counters["discarded"] += len(self._pending.pop(i))
-        del self.index[self.names.pop(i)]
-        for j in range(i, self.n_streams):
-            self.index[self.names[j]] = j
+            arr[:left] = arr[:n][keep]
+        self.counters["discarded"] += sum(len(p) for p, k in zip(self._pending, keep) if not k)
+        self._pending = [p for p, k in zip(self._pending, keep) if k]
+        self.names = [name for name, k in zip(self.names, keep) if k]
+        self.index = {name: i for i, name in enumerate(self.names)}
 
     def request_reset(self, i: int) -> None:
         """Reset stream ``i`` before its next step (window, differencing memory; the monitor its scores)."""

@@ -132,3 +132,16 @@ def test_bad_input_logs_and_samples_at_their_rate_limits():
     assert bad.note("not_json", 1.5) == (0, True)
     assert bad.note("empty", 1.6) == (1, True)  # kinds are limited separately
     assert bad.note("not_json", 10.0) == (3, True)  # the log line counts what it held back
+
+
+def test_a_publish_paho_drops_for_a_full_queue_is_refused_and_counted(caplog):
+    from trep_edge.runtime.config import MqttConfig
+    from trep_edge.runtime.mqtt_io import MqttLink
+
+    refused = []
+    link = MqttLink(MqttConfig(), TelemetryQueue(4), "trep-edge/status/x", {}, on_refused=lambda t, r: refused.append(r))
+    # Never connected: QoS 1 messages wait in paho's queue (10,000 at most); paho reports the rest by return code only.
+    infos = [link.publish("trep-edge/alerts/a", "{}", qos=1) for _ in range(10_005)]
+    assert sum(info is None for info in infos) == len(refused) == 5
+    assert all("queue is full" in reason for reason in refused)
+    assert caplog.text.count("refused") == 1  # one log line, the rest counted (at most one line per 10 s)

@@ -269,6 +269,34 @@ def test_removing_a_stream_clears_its_open_episode(univariate_engine):
     assert monitor.remove_stream("b") == []
 
 
+def test_removing_streams_in_one_pass_equals_removing_them_one_by_one(univariate_engine):
+    # An eviction sweep may close thousands of streams: one pass, with lanes of a channel-independent model renumbered.
+    engine = with_card(univariate_engine, channel_mode="independent", scaling="stream")
+
+    def fed() -> Monitor:
+        monitor = Monitor(engine, detector=cold(1))
+        for t in range(40):
+            for k, stream in enumerate("abcde"):
+                monitor.ingest(Reading(stream, float(T0 + t), {"x": np.cos(t + k), "y": np.sin(t * k)}))
+            monitor.tick(T0 + t)
+        return monitor
+
+    batch, single = fed(), fed()
+    batch.remove_streams(["d", "a", "b"])
+    for stream in ("d", "a", "b"):
+        single.remove_stream(stream)
+    one, other = batch.state_dict(), single.state_dict()
+    assert one.keys() == other.keys() and list(batch.streams) == ["c", "e"]
+    for key in one:
+        np.testing.assert_array_equal(one[key], other[key], err_msg=key)
+    for monitor in (batch, single):
+        monitor.ingest(Reading("e", float(T0 + 40), {"x": 5.0, "y": 0.0}))
+    assert [(s.stream, s.step) for s in batch.tick(T0 + 40).scored] == [("e", T0 + 40)]
+    with pytest.raises(KeyError):
+        batch.remove_streams(["c", "nobody"])
+    assert list(batch.streams) == ["c", "e"]  # refused whole
+
+
 def test_silent_names_the_streams_without_an_accepted_reading_for_a_while(univariate_engine):
     monitor = Monitor(univariate_engine, detector=cold(1))
     for stream, arrival in (("a", 100.0), ("b", 150.0), ("c", 190.0)):

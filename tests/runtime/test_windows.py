@@ -246,7 +246,7 @@ def test_streams_are_independent_and_removal_keeps_the_others():
             feed(store, name, t, HR=v * 10 + t, SpO2=v)
     store.collect(now=0.0)
     c_window = store.window_of(2)
-    store.remove_stream(0)
+    store.remove_streams(np.array([0]))
     assert store.names == ["b", "c"] and store.index == {"b": 0, "c": 1}
     np.testing.assert_array_equal(store.window_of(1), c_window)
     feed(store, "c", 3, HR=40, SpO2=3)
