@@ -73,7 +73,7 @@ class WindowConfig:
     settle: float = 0.0
     reanchor_after: int = 120
     jump_confirm: int = 3
-    max_streams: int = 100_000
+    max_streams: int = 5_000  # what 2 GiB holds with either shipped model (docs/operations.md, Memory)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.period) and self.period > 0):
