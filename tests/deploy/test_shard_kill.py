@@ -97,7 +97,12 @@ def test_a_killed_shard_resumes_warm_and_the_others_are_unaffected(tmp_path, bro
         assert not [e for e in reference[stream].events if zone[0] < e[0] <= zone[1]], "kill placed badly"
         mine_events = events(alerts, stream)
         assert len({(e[3], e[1]) for e in mine_events}) == len(mine_events), f"duplicated alert changes: {mine_events}"
-        assert mine_events == reference[stream].events
+        # The readings lost at the kill are missing from the detector's statistics ever after, so a later alert
+        # close to its bar may move by a step or two; which episodes open and close, and when, must not change more.
+        expected = reference[stream].events
+        assert [e[1:] for e in mine_events] == [e[1:] for e in expected]
+        assert all(abs(got[0] - want[0]) <= (0 if want[0] <= checkpoint_step else 3)
+                   for got, want in zip(mine_events, expected)), (mine_events, expected)  # fmt: skip
     print(f"\nshard {KILLED}/3 SIGKILLed and restarted (ready after {restart_seconds:.1f} s); per stream (steps scored "
           f"after its last checkpoint, readings lost): {lost}; the other shards: all {LENGTH} steps of "
           f"{len(owned[0]) + len(owned[1])} streams scored once, equal to the reference")
