@@ -298,6 +298,12 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--peers", help="detect: comma-separated peers (default rolling_z,hst,stumpi,paper; '' = none)")
     d.add_argument("--table", default="bench/results/detection.md", help="detect: results as Markdown tables")
     d.add_argument("--cache", default="~/.cache/trep-edge/detect", help="detect: cache of the model's features")
+    d.add_argument("--per-stream-train", action="store_true", help="detect: also a trep:per-stream row: one model per "
+                   "synthetic/UCR stream trained on its probation part (an evaluator's settings), export defaults")
+    d.add_argument("--per-stream-ablations", nargs="*", help="detect: detector variants of the per-stream row, "
+                   "NAME:key=value;key=value (rows trep:per-stream:NAME; models reused)")
+    d.add_argument("--per-stream-cache", default="runs/detect-per-stream", help="detect: per-stream models")
+    d.add_argument("--per-stream-threads", type=int, default=1, help="detect: torch threads of per-stream training")
     p.add_argument("--datasets", help="comma-separated: UEA names, ETT sets, UCR anomaly file names, or the missing-data "
                    "set (default: all present, cheapest first)")
     p.add_argument("--results", default="bench/results/paper_eval.json", help="results JSON, written row by row")

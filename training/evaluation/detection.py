@@ -13,6 +13,8 @@ label. Peers, each with the committed alert rule its own documentation or the pa
   of the probation part's adjusted scores, the delay-7 rule — with the same model as ``trep``.
 - ``trep``: this product's detector (``runtime/detector.py``) through ``offline.detect_recording``, the code
   ``trep-edge score`` and the daemon run; ``trep:NAME`` rows are ablations (``--ablations``).
+- ``trep:per-stream``: the same detector, each synthetic and UCR stream with its own model trained on its probation
+  part only (``--per-stream-train``, ``detection_per_stream``); ``trep:per-stream:NAME`` its ablations.
 
 Metrics: ``detection_metrics`` (NAB at the committed alerts and at the corpus-tuned threshold, event F1, delay,
 false alarms per 1,000 rows, UCR top-1) and point-adjusted F1 with delay 7 (``runtime.metrics``).
@@ -168,23 +170,45 @@ def run(args: argparse.Namespace) -> dict:
         config = DetectorConfig().with_overrides(spec)
         label = name if name == "trep" else f"trep:{name}"
         detectors[label] = lambda s, c=config: _trep(s, c, general, icu, features)
+    scope: dict[str, tuple[str, ...]] = {}  # detectors run on some categories only
+    notes: dict[str, str] = {}
+    per_stream = None
+    if getattr(args, "per_stream_train", False):
+        from . import detection_per_stream as ps
+
+        per_stream = ps.PerStreamModels(Path(args.per_stream_cache).expanduser(), args.per_stream_threads)
+        extra = dict(v.split(":", 1) for v in (getattr(args, "per_stream_ablations", None) or []))
+        for name, spec in ({"": ""} | extra).items():
+            label = "trep:per-stream" + (f":{name}" if name else "")
+            config = DetectorConfig().with_overrides(spec)
+            detectors[label] = lambda s, c=config: _trep_per_stream(s, c, per_stream, features)
+            scope[label], notes[label] = ps.CATEGORIES, ps.NOTE
     chosen = [p for p in (PEERS if args.peers is None else args.peers.split(",")) if p]
     peers = {"rolling_z": rolling_z, "hst": hst, "stumpi": stumpi,
              "paper": lambda s: paper(features.get(_engine_for(s, general, icu), s))}  # fmt: skip
     detectors.update({p: peers[p] for p in chosen})
     results: dict[str, dict] = {"command": args.command, "quick": args.quick, "model": str(args.model),
-                                "icu_model": str(args.icu_model), "rows": {}, "seconds": {}}  # fmt: skip
+                                "icu_model": str(args.icu_model), "rows": {}, "seconds": {},
+                                "notes": notes}  # fmt: skip
     categories = sorted({s.category for s in streams})
+    # Every detector also gets a row over each partial scope's categories, so a partial row has peers to stand by.
+    groups = {"overall": categories} | {"+".join(c): [x for x in categories if x in c] for c in set(scope.values())}
+    groups |= {cat: [cat] for cat in categories}
     for name, fn in detectors.items():
         began = time.perf_counter()
-        outputs = [fn(s) for s in streams]
+        covered = scope.get(name, categories)
+        outputs = [fn(s) if s.category in covered else None for s in streams]
         results["seconds"][name] = time.perf_counter() - began
-        rows = {"overall": summarise(outputs, streams)}
-        for cat in categories:
-            pick = [k for k, s in enumerate(streams) if s.category == cat]
-            rows[cat] = summarise([outputs[k] for k in pick], [streams[k] for k in pick])
+        rows = {}
+        for group, cats in groups.items():
+            pick = [k for k, s in enumerate(streams) if s.category in cats]
+            if pick and all(outputs[k] is not None for k in pick):
+                rows[group] = summarise([outputs[k] for k in pick], [streams[k] for k in pick])
         results["rows"][name] = rows
-        print(json.dumps({name: rows["overall"]}, default=float), flush=True)
+        shown = "overall" if name not in scope else "+".join(scope[name])
+        print(json.dumps({name: rows.get(shown)}, default=float), flush=True)
+    if per_stream is not None:
+        results["per_stream"] = per_stream.info
     results["wall_seconds"] = time.perf_counter() - started
     results["streams"] = {cat: sum(s.category == cat for s in streams) for cat in categories}
     out = Path(args.out or "bench/results/detection.json")
@@ -205,6 +229,13 @@ def _trep(stream: Stream, config: DetectorConfig, general: Engine, icu: Engine, 
     return det.score, det.alerts
 
 
+def _trep_per_stream(stream: Stream, config: DetectorConfig, models, features: Features) -> Output:
+    """The product's detector with the stream's own model (``detection_per_stream``)."""
+    engine = models.engine(stream)
+    det = detect_recording(engine, stream.values, config, features.get(engine, stream))
+    return det.score, det.alerts
+
+
 def markdown(results: dict) -> str:
     """One table per category and overall: a row per detector."""
     cols = [("nab_standard", "NAB std"), ("nab_reward_low_FP", "low FP"), ("nab_reward_low_FN", "low FN"),
@@ -212,11 +243,15 @@ def markdown(results: dict) -> str:
             ("pa_f1_7", "PA-F1@7"), ("ucr_top1", "UCR top-1")]  # fmt: skip
     lines = [f"Command: `{results['command']}` — wall time {results['wall_seconds']:.0f} s; streams "
              f"{results['streams']}; model `{results['model']}` (sepsis: `{results['icu_model']}`).", ""]  # fmt: skip
-    sections = ["overall"] + sorted(next(iter(results["rows"].values())).keys() - {"overall"})
+    notes = results.get("notes") or {}
+    lines += [f"- `{name}`: {note}" for name, note in notes.items()] + [""] * bool(notes)
+    sections = ["overall"] + sorted(set().union(*(r.keys() for r in results["rows"].values())) - {"overall"})
     for section in sections:
         lines += [f"**{section}**", "", "| detector | " + " | ".join(c[1] for c in cols) + " | seconds |",
                   "|---" * (len(cols) + 2) + "|"]  # fmt: skip
         for name, rows in results["rows"].items():
+            if section not in rows:
+                continue  # a detector that does not run on every stream of this section (results["notes"])
             row = rows[section]
             cells = [f"{row[k]:.3g}" if isinstance(row.get(k), float) and math.isfinite(row[k]) else
                      ("" if k not in row else str(row[k])) for k, _ in cols]  # fmt: skip

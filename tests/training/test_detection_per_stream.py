@@ -1,0 +1,95 @@
+"""Per-stream-trained models of the detection benchmark: only the probation part reaches training, with the
+evaluator's flags and export's defaults; models are cached; partial rows are reported only where they ran."""
+import numpy as np
+import pytest
+
+from trep_edge.training import commands
+from trep_edge.training.evaluation import detection, detection_metrics as dm, detection_per_stream as ps
+from trep_edge.training.evaluation.detection_corpus import Stream
+
+SENTINEL = 1e9  # every reading after the probation part, and nothing before it
+
+
+def _stream(length: int, channels: int = 1) -> Stream:
+    rng = np.random.default_rng(length)
+    values = rng.normal(size=(length, channels))
+    values[dm.probation(length) :] = SENTINEL
+    onset = length // 2
+    return Stream(f"s{length}", "synthetic", [f"c{c}" for c in range(channels)], values, [(onset, onset + 5)])
+
+
+@pytest.mark.parametrize("length, rows", [(100, 15), (1000, 150), (5000, 750), (20_000, 750)])
+def test_the_training_slice_is_the_probation_part_capped_at_750(length, rows):
+    stream = _stream(length)
+    piece = ps.training_slice(stream)
+    assert len(piece) == rows == dm.probation(length)
+    np.testing.assert_array_equal(piece, stream.values[:rows])
+    assert piece.max() < SENTINEL
+
+
+@pytest.fixture()
+def fake_cli(monkeypatch):
+    """``commands.train`` / ``export`` that record what they were given instead of training."""
+    seen = []
+
+    def train(args):
+        seen.append(("train", args, np.load(args.data)))
+        print('{"final_losses": {"loss": 1.0}}')
+        return 0
+
+    def export(args):
+        seen.append(("export", args, None))
+        open(args.out, "wb").close()
+        print('{"calibration": {"mu": 0.0, "sigma": 1.0}}')
+        return 0
+
+    monkeypatch.setattr(commands, "train", train)
+    monkeypatch.setattr(commands, "export", export)
+    return seen
+
+
+def test_only_the_probation_part_reaches_training_with_the_evaluators_flags(fake_cli, tmp_path):
+    stream = _stream(3000, channels=3)
+    models = ps.PerStreamModels(tmp_path / "cache", threads=1)
+    path = models.path(stream)
+    (_, train_args, data), (_, export_args, _) = fake_cli
+    assert data.shape == (450, 3) and data.dtype == np.float32  # one multichannel model of the stream's channels
+    np.testing.assert_array_equal(data, stream.values[:450].astype(np.float32))
+    assert (train_args.iterations, train_args.hidden_dims, train_args.depth, train_args.repr_dims,
+            train_args.max_train_length, train_args.threads) == (200, 64, 8, 64, 201, 1)  # fmt: skip
+    assert train_args.seed is None and train_args.channels is None and train_args.rows is None  # CLI defaults
+    assert export_args.checkpoint == train_args.out
+    assert (export_args.window, export_args.z, export_args.beta, export_args.delay) == (201, 21, 4.0, 7)
+    assert not export_args.no_calibration and export_args.calibration_data is None  # calibrates on the slice
+    assert path.is_file() and models.info[stream.name]["rows"] == 450 and not models.info[stream.name]["cached"]
+    assert models.info[stream.name]["calibration"] == {"mu": 0.0, "sigma": 1.0}
+
+
+def test_a_cached_model_is_reused_and_a_changed_slice_is_not(fake_cli, tmp_path):
+    stream = _stream(2000)
+    first = ps.PerStreamModels(tmp_path, threads=1).path(stream)
+    again = ps.PerStreamModels(tmp_path, threads=1)
+    assert again.path(stream) == first and again.info[stream.name]["cached"]
+    assert len(fake_cli) == 2
+    # Readings after the probation part are not part of the key: they never reach training.
+    later = _stream(2000)
+    later.values[dm.probation(2000) :] = 0.0
+    assert ps.PerStreamModels(tmp_path, threads=1).path(later) == first
+    changed = _stream(2000)
+    changed.values[0, 0] += 1.0
+    assert ps.PerStreamModels(tmp_path, threads=1).path(changed) != first
+    assert len(fake_cli) == 4
+
+
+def test_a_partial_row_appears_only_in_the_sections_it_ran_on():
+    row = {"nab_standard": 1.0, "f1": 0.5}
+    results = {"command": "c", "wall_seconds": 1.0, "streams": {}, "model": "m", "icu_model": "i",
+               "notes": {"trep:per-stream": "synthetic and ucr only"}, "seconds": {"trep": 1.0, "trep:per-stream": 2.0},
+               "rows": {"trep": {"overall": row, "sepsis": row, "synthetic": row, "synthetic+ucr": row},
+                        "trep:per-stream": {"synthetic": row, "synthetic+ucr": row}}}  # fmt: skip
+    text = detection.markdown(results)
+    sections = {part.split("**")[0]: part for part in text.split("\n\n**")[1:]}
+    assert set(sections) == {"overall", "sepsis", "synthetic", "synthetic+ucr"}
+    assert "trep:per-stream" not in sections["overall"] and "trep:per-stream" not in sections["sepsis"]
+    assert "| trep:per-stream |" in sections["synthetic+ucr"]
+    assert "- `trep:per-stream`: synthetic and ucr only" in text
