@@ -81,7 +81,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 MALFORMED_KINDS = (
     "not_json",
@@ -405,16 +405,24 @@ def _reading(obj: Any, default_stream: Any, ctx: _Context) -> Reading:
     raw = obj["values"]
     if not isinstance(raw, dict):
         raise PayloadError("wrong_type", f"'values' must be an object of channel: number, got {_json_type(raw)}")
+    values = _channel_values(raw.items(), ctx, lambda value, name: _value(value, f"values[{name!r}]"))
+    return Reading(stream, _timestamp(obj.get("ts"), ctx), values)
+
+
+def _channel_values(
+    pairs: Iterable[tuple[str, Any]], ctx: _Context, parse: Callable[[Any, str], float]
+) -> dict[str, float]:
+    """Sent (name, raw value) pairs → the reading's values: names renamed, known ones parsed, unknown ones refused
+    or dropped by the policy."""
     values: dict[str, float] = {}
     unknown: list[str] = []
-    for name, value in raw.items():
+    for name, raw in pairs:
         name = ctx.rename.get(name, name)
         if ctx.knows(name):
-            values[name] = _value(value, f"values[{name!r}]")
+            values[name] = parse(raw, name)
         else:
             unknown.append(name)
-    values = _known_values(values, unknown, ctx)
-    return Reading(stream, _timestamp(obj.get("ts"), ctx), values)
+    return _known_values(values, unknown, ctx)
 
 
 def _topic_value(document: Any, channel: str, ctx: _Context) -> Reading:
@@ -579,16 +587,8 @@ def _influx_line(line: str, ctx: _Context, unit: float) -> Reading:
         stream = _resolve_stream(ctx, series)
     else:
         stream = ctx.topic_stream
-    values: dict[str, float] = {}
-    unknown: list[str] = []
-    for field in _influx_split(fields, ","):
-        name, raw = _influx_pair(field, "field")
-        name = ctx.rename.get(name, name)
-        if ctx.knows(name):
-            values[name] = _influx_value(raw, f"field {name[:40]!r}")
-        else:
-            unknown.append(name)
-    values = _known_values(values, unknown, ctx)
+    pairs = (_influx_pair(field, "field") for field in _influx_split(fields, ","))  # in order: the first fault wins
+    values = _channel_values(pairs, ctx, lambda raw, name: _influx_value(raw, f"field {name[:40]!r}"))
     if len(sections) == 2:
         return Reading(stream, ctx.now, values)
     if not re.fullmatch(r"-?\d{1,19}", sections[2]):

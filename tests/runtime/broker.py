@@ -328,6 +328,16 @@ def daemon_tables(broker: Broker, model: Path, folder: Path, **sections: dict) -
     return tables
 
 
+def parse_metrics(body: str) -> dict[str, float]:
+    """Prometheus text as {full series text (name plus labels): value}."""
+    out = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
 class DaemonProcess:
     """``python -m trep_edge.cli run --config ...`` as a subprocess, with its log, HTTP probes and signals."""
 
@@ -376,12 +386,7 @@ class DaemonProcess:
         """The Prometheus samples, keyed by their full series text (name plus labels)."""
         code, body = self.http("/metrics")
         assert code == 200, body
-        out = {}
-        for line in body.splitlines():
-            if line and not line.startswith("#"):
-                key, _, value = line.rpartition(" ")
-                out[key] = float(value)
-        return out
+        return parse_metrics(body)
 
     def send(self, sig: int) -> None:
         """Send a signal to the running daemon."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from broker import Broker, Collector, DaemonProcess, daemon_tables, publish
+from broker import Broker, Collector, DaemonProcess, broker, collectors, daemon_tables, daemons, publish  # noqa: F401
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "general.onnx"
 TOPIC = "plant/{stream}/data"
@@ -119,83 +119,63 @@ def test_the_restarted_daemon_resumes_every_lanes_scale_without_warming_up(any_s
     assert "restored" in any_sensor["log"].lower()
 
 
-def test_one_plain_number_per_topic_is_a_reading_of_the_channel_the_topic_names(tmp_path):
-    broker = Broker(tmp_path / "broker")
-    broker.start()
-    tables = daemon_tables(broker, MODEL, tmp_path, mqtt={"topics": ["plant/{stream}/value/{channel}"]})
-    daemon = DaemonProcess(tmp_path, tables)
-    collector = Collector(broker.port, ["trep-edge/dead-letter"])
-    try:
-        daemon.start()
-        daemon.wait_http("/readyz", timeout=60)
-        publish(broker.port, [("plant/press-3/value/oil_temp", "41.7"), ("plant/press-3/value/pressure", "2.5"),
-                              ("plant/press-3/value/current", "null"), ("plant/press-3/value/pressure", '{"v": 2}')])
-        key = 'trep_edge_malformed_total{kind="wrong_type"}'
-        deadline = time.monotonic() + 20
-        while daemon.metrics().get(key) != 1 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        metrics = daemon.metrics()
-        assert metrics[key] == 1 and metrics["trep_edge_readings_total"] == 3
-        dead = collector.wait_count("trep-edge/dead-letter", 1)[0].json()
-        assert dead["kind"] == "wrong_type" and "one number" in dead["error"]
-    finally:
-        collector.close()
-        daemon.stop(signal.SIGKILL)
-        broker.stop()
+def _ready(tmp_path, broker, daemons, model: Path, **sections) -> DaemonProcess:
+    """A daemon with ``model`` and the given config sections on the test's broker, started and ready."""
+    daemon = daemons(tmp_path, daemon_tables(broker, model, tmp_path, **sections))
+    daemon.start()
+    daemon.wait_http("/readyz", timeout=60)
+    return daemon
 
 
-def test_influx_line_protocol_streams_are_scored_by_series_key_and_bad_lines_counted(tmp_path):
-    broker = Broker(tmp_path / "broker")
-    broker.start()
-    tables = daemon_tables(broker, MODEL, tmp_path, mqtt={"topics": ["telegraf/#"]}, input={"format": "influx"})
-    daemon = DaemonProcess(tmp_path, tables)
-    collector = Collector(broker.port, ["trep-edge/scores/#"])
-    try:
-        daemon.start()
-        daemon.wait_http("/readyz", timeout=60)
-        t0 = int(time.time()) - 100
-        lines = [f"machine,line=l3 oil_temp={40 + k % 3},vibration={k % 2}i {(t0 + k) * 10**9}" for k in range(20)]
-        # One message of Telegraf's batch shape with a bad line in it, then the rest one line per message.
-        publish(broker.port, [("telegraf/host1", "\n".join(lines[:10] + ['machine,line=l3 oil_temp="hot"',
-                                                                        "machine oil_temp"]))]
-                + [("telegraf/host1", line) for line in lines[10:]])  # fmt: skip
-        scores = collector.wait_count("trep-edge/scores/machine,line=l3", 20)
-        assert sorted(s.json()["timestamp"] for s in scores) == [t0 + k for k in range(20)]
-        metrics = daemon.metrics()
-        assert metrics['trep_edge_malformed_total{kind="bad_line"}'] == 1
-        assert metrics['trep_edge_malformed_total{kind="wrong_type"}'] == 1
-        assert metrics["trep_edge_readings_total"] == 20
-    finally:
-        collector.close()
-        daemon.stop(signal.SIGKILL)
-        broker.stop()
+def test_one_plain_number_per_topic_is_a_reading_of_the_channel_the_topic_names(tmp_path, broker, daemons,
+                                                                                 collectors):  # fmt: skip
+    daemon = _ready(tmp_path, broker, daemons, MODEL, mqtt={"topics": ["plant/{stream}/value/{channel}"]})
+    collector = collectors(broker.port, ["trep-edge/dead-letter"])
+    publish(broker.port, [("plant/press-3/value/oil_temp", "41.7"), ("plant/press-3/value/pressure", "2.5"),
+                          ("plant/press-3/value/current", "null"), ("plant/press-3/value/pressure", '{"v": 2}')])
+    key = 'trep_edge_malformed_total{kind="wrong_type"}'
+    deadline = time.monotonic() + 20
+    while daemon.metrics().get(key) != 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    metrics = daemon.metrics()
+    assert metrics[key] == 1 and metrics["trep_edge_readings_total"] == 3
+    dead = collector.wait_count("trep-edge/dead-letter", 1)[0].json()
+    assert dead["kind"] == "wrong_type" and "one number" in dead["error"]
 
 
-def test_streams_sampled_at_another_period_than_the_model_are_reported(tmp_path):
+def test_influx_line_protocol_streams_are_scored_by_series_key_and_bad_lines_counted(tmp_path, broker, daemons,
+                                                                                     collectors):  # fmt: skip
+    daemon = _ready(tmp_path, broker, daemons, MODEL, mqtt={"topics": ["telegraf/#"]}, input={"format": "influx"})
+    collector = collectors(broker.port, ["trep-edge/scores/#"])
+    t0 = int(time.time()) - 100
+    lines = [f"machine,line=l3 oil_temp={40 + k % 3},vibration={k % 2}i {(t0 + k) * 10**9}" for k in range(20)]
+    # One message of Telegraf's batch shape with a bad line in it, then the rest one line per message.
+    publish(broker.port, [("telegraf/host1", "\n".join(lines[:10] + ['machine,line=l3 oil_temp="hot"',
+                                                                    "machine oil_temp"]))]
+            + [("telegraf/host1", line) for line in lines[10:]])  # fmt: skip
+    scores = collector.wait_count("trep-edge/scores/machine,line=l3", 20)
+    assert sorted(s.json()["timestamp"] for s in scores) == [t0 + k for k in range(20)]
+    metrics = daemon.metrics()
+    assert metrics['trep_edge_malformed_total{kind="bad_line"}'] == 1
+    assert metrics['trep_edge_malformed_total{kind="wrong_type"}'] == 1
+    assert metrics["trep_edge_readings_total"] == 20
+
+
+def test_streams_sampled_at_another_period_than_the_model_are_reported(tmp_path, broker, daemons, collectors):
     """The ICU model learned hourly steps (card period 3600 s); a bed sending every second is reported on the log,
     the status topic and a metric, and the config's own period mismatch is named at start."""
-    broker = Broker(tmp_path / "broker")
-    broker.start()
     icu = Path(__file__).resolve().parents[2] / "models" / "icu-vitals.onnx"
-    tables = daemon_tables(broker, icu, tmp_path, mqtt={"topics": ["icu/{bed}/vitals"]})
-    daemon = DaemonProcess(tmp_path, tables)
-    status = Collector(broker.port, ["trep-edge/status/#"])
-    try:
-        daemon.start()
-        daemon.wait_http("/readyz", timeout=60)
-        t0 = int(time.time()) - 100
-        vitals = {"HR": 80, "O2Sat": 97, "Temp": 37, "SBP": 120, "MAP": 85, "DBP": 65, "Resp": 18}
-        publish(broker.port, [("icu/bed1/vitals", json.dumps({"ts": t0 + k, "values": vitals})) for k in range(12)])
-        deadline = time.monotonic() + 25
-        while daemon.metrics().get("trep_edge_streams_period_mismatch") != 1 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert daemon.metrics()["trep_edge_streams_period_mismatch"] == 1
-        log = daemon.log_text()
-        assert "trained on readings every 3600 s, but [windows] period is 1 s" in log
-        assert "1 stream(s) send at another period than model icu-vitals was trained on (3600 s): e.g. bed1 every 1 s" in log
-        reports = [m.json().get("period_mismatch") for m in status.select("trep-edge/status/")]
-        assert {"streams": 1, "model_period": 3600.0, "examples": {"bed1": 1.0}} in reports
-    finally:
-        status.close()
-        daemon.stop(signal.SIGKILL)
-        broker.stop()
+    daemon = _ready(tmp_path, broker, daemons, icu, mqtt={"topics": ["icu/{bed}/vitals"]})
+    status = collectors(broker.port, ["trep-edge/status/#"])
+    t0 = int(time.time()) - 100
+    vitals = {"HR": 80, "O2Sat": 97, "Temp": 37, "SBP": 120, "MAP": 85, "DBP": 65, "Resp": 18}
+    publish(broker.port, [("icu/bed1/vitals", json.dumps({"ts": t0 + k, "values": vitals})) for k in range(12)])
+    deadline = time.monotonic() + 25
+    while daemon.metrics().get("trep_edge_streams_period_mismatch") != 1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert daemon.metrics()["trep_edge_streams_period_mismatch"] == 1
+    log = daemon.log_text()
+    assert "trained on readings every 3600 s, but [windows] period is 1 s" in log
+    assert "1 stream(s) send at another period than model icu-vitals was trained on (3600 s): e.g. bed1 every 1 s" in log
+    reports = [m.json().get("period_mismatch") for m in status.select("trep-edge/status/")]
+    assert {"streams": 1, "model_period": 3600.0, "examples": {"bed1": 1.0}} in reports

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from broker import broker, collectors, daemon_tables, daemons, publish  # noqa: F401 - fixtures
+from broker import broker, collectors, daemon_tables, daemons, parse_metrics, publish  # noqa: F401 - fixtures
 
 TOPIC = "plant/telemetry"  # no {name} level: every reading names its stream in the payload
 OK = {"HR": 70.0, "SpO2": 97.0, "RESP": 16.0}
@@ -34,15 +34,6 @@ def _reading(stream: str, t: float, hr: float = 70.0) -> dict:
 
 def _js(obj) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode()
-
-
-def _parse_metrics(body: str) -> dict[str, float]:
-    out = {}
-    for line in body.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
 
 
 class Prober(threading.Thread):
@@ -72,7 +63,7 @@ class Prober(threading.Thread):
         return [(t, code, body) for t, p, code, body in self.samples if p == path]
 
     def metrics(self) -> list[tuple[float, dict[str, float]]]:
-        return [(t, _parse_metrics(body)) for t, code, body in self.of("/metrics") if code == 200]
+        return [(t, parse_metrics(body)) for t, code, body in self.of("/metrics") if code == 200]
 
     def __enter__(self) -> "Prober":
         self.start()
