@@ -597,6 +597,7 @@ class Daemon:
         for alert in self.monitor.remove_streams(silent) if silent else []:
             self._publish_alert(alert)
         if silent:
+            self._update_gauges()  # before the counter: a scraper that sees the eviction sees the gauges after it
             self.metrics.inc("trep_edge_streams_evicted_total", len(silent))
             log.info("closed %d stream(s) silent for %.0f s (e.g. %s)", len(silent), after, silent[0])
 
