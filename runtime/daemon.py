@@ -28,16 +28,16 @@ import logging
 import math
 import os
 import signal
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from .archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
+from .atomic_file import write_atomically
 from .config import MonitorConfig, load_config
 from .engine import Engine, file_sha256, load_engine
 from .http_status import StatusServer, monitor_metrics
@@ -149,31 +149,6 @@ def save_checkpoint(path: str | Path, state: Mapping[str, np.ndarray], meta: Map
     arrays = dict(state)
     arrays["daemon/meta"] = np.array(json.dumps({**meta, "format": CHECKPOINT_FORMAT}))
     write_atomically(path, lambda fh: np.savez(fh, **arrays))
-
-
-def write_atomically(path: Path, write: Callable[[BinaryIO], Any], mode: int | None = None) -> None:
-    """Write a file through ``write(fh)``: temp file in its folder, fsync, rename, fsync the folder.
-
-    A crash at any moment leaves either the old file or the new one, never a torn file. ``mode``: permissions
-    of the new file (mkstemp creates 0600).
-    """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

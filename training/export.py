@@ -21,6 +21,7 @@ import onnx
 import torch
 
 from trep_edge import __version__
+from trep_edge.runtime.atomic_file import write_atomically
 from trep_edge.runtime.engine import Engine, last_step_pair, load_engine
 from trep_edge.runtime.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, ModelCard, Scoring, sidecar_path
 from trep_edge.runtime.offline import detector_prior, raw_scores
@@ -151,22 +152,15 @@ def write_card(model_path: Path, card: ModelCard, graphs: dict[str, bytes] | Non
             raise ValueError(f"graph {name!r} does not match the sha256 in the card: rebuild it with graph_entry()")
         entry = model.metadata_props.add()
         entry.key, entry.value = GRAPH_KEY_PREFIX + name, base64.b64encode(blobs[name]).decode()
-    _atomic_write(model_path, model.SerializeToString())
-    _atomic_write(sidecar_path(model_path), card.to_json().encode())
+    # 0644: a model is read by the daemon's own (often dynamic) service user; mkstemp would leave it 0600.
+    blob, card_text = model.SerializeToString(), card.to_json().encode()
+    write_atomically(model_path, lambda fh: fh.write(blob), mode=0o644)
+    write_atomically(sidecar_path(model_path), lambda fh: fh.write(card_text), mode=0o644)
 
 
 def graph_entry(blob: bytes, window: int) -> dict:
     """The card's description of an embedded graph: its identity and the window it was built for."""
     return {"sha256": hashlib.sha256(blob).hexdigest(), "window": window, "bytes": len(blob)}
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    # mkstemp creates 0600; a model is read by the daemon's own (often dynamic) service user.
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def calibration_stats(engine: Engine, series: list[np.ndarray], max_steps: int = 4000) -> Calibration:

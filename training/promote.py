@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from trep_edge.datasets.archive import ArchivedSeries, latest_timestamp, read_alert_ranges, read_archive
-from trep_edge.runtime.daemon import write_atomically
+from trep_edge.runtime.atomic_file import write_atomically
 from trep_edge.runtime.engine import Engine, load_engine
 from trep_edge.runtime.model_card import sidecar_path
 from trep_edge.runtime.offline import prepare, raw_scores

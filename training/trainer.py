@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -16,6 +15,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
+from trep_edge.runtime.atomic_file import write_atomically
 from trep_edge.runtime.time_index import parse_time_index, time_index
 
 from .config import TrainConfig
@@ -330,9 +330,8 @@ class Trainer:
         """Write a checkpoint atomically (a crash mid-write leaves the previous one intact)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(self.state_dict(), tmp)
-        os.replace(tmp, path)
+        state = self.state_dict()
+        write_atomically(path, lambda fh: torch.save(state, fh), mode=0o644)
 
     @classmethod
     def load(cls, path: str | Path, device: str | None = None, shards: int = 1, rank: int | None = None) -> "Trainer":

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from trep_edge.runtime.atomic_file import write_atomically
 
 
 class ResultsFile:
@@ -34,10 +35,7 @@ class ResultsFile:
         self.rows[key] = row
         self.path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"rows": self.rows}, indent=1, sort_keys=True, default=_plain)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, self.path)
+        write_atomically(self.path, lambda fh: fh.write(text.encode()))
 
 
 def _plain(value: object) -> object:
