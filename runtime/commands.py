@@ -170,7 +170,7 @@ def doctor(args: argparse.Namespace) -> int:
 def reshard(args: argparse.Namespace) -> int:
     """``trep-edge reshard``: N stopped shards' checkpoints in, M out (runtime/reshard.py)."""
     from .reshard import reshard_files, stream_names
-    from .daemon import load_checkpoint
+    from .checkpoint import load_checkpoint
 
     for path in reshard_files(args.checkpoints, args.to, args.out, args.allow_missing, args.name):
         state, meta = load_checkpoint(path)

@@ -37,7 +37,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
-from .atomic_file import write_atomically
+from .checkpoint import load_checkpoint, save_checkpoint
 from .config import MonitorConfig, load_config
 from .engine import Engine, file_sha256, load_engine
 from .http_status import StatusServer, monitor_metrics
@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 ALERT_SCHEMA_VERSION = 1
 SCORE_SCHEMA_VERSION = 1
 DEAD_LETTER_SCHEMA_VERSION = 1
-CHECKPOINT_FORMAT = 1
 DEAD_LETTER_SAMPLE_BYTES = 2048
 TOPIC_KIND = "unmatched_topic"
 """Malformed kind of a message whose topic matches no template (only possible with overlapping templates)."""
@@ -134,31 +133,6 @@ def score_message(s: ScoredReading) -> dict[str, Any]:
         "alert": s.alert,
         "values": {k: finite_or_none(v) for k, v in s.values.items()},
     }
-
-
-# -- checkpoints ------------------------------------------------------------------------------------------------
-
-
-def save_checkpoint(path: str | Path, state: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
-    """Write ``state`` (flat dict of arrays) and ``meta`` atomically: temp file, fsync, rename, fsync the folder.
-
-    A crash at any moment leaves either the old checkpoint or the new one, never a torn file.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = dict(state)
-    arrays["daemon/meta"] = np.array(json.dumps({**meta, "format": CHECKPOINT_FORMAT}))
-    write_atomically(path, lambda fh: np.savez(fh, **arrays))
-
-
-def load_checkpoint(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Read a checkpoint written by ``save_checkpoint``: (state, meta)."""
-    with np.load(path, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    meta = json.loads(str(arrays.pop("daemon/meta")))
-    if meta.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"checkpoint {path} has format {meta.get('format')!r}, this daemon reads {CHECKPOINT_FORMAT}")
-    return arrays, meta
 
 
 # -- bad input ----------------------------------------------------------------------------------------------------

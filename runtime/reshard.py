@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .checkpoint import load_checkpoint, save_checkpoint
 from .sharding import Shard, shard_of
 
 State = Mapping[str, np.ndarray]
@@ -200,8 +201,6 @@ def _check_layout(metas: Sequence[Mapping[str, Any]], paths: Sequence[Path], all
 def reshard_files(paths: Sequence[str | Path], count: int, out_dir: str | Path, allow_missing: bool = False,
                   name: str = "shard-{i}-of-{n}.npz") -> list[Path]:  # fmt: skip
     """Read old checkpoints, write ``count`` new ones into ``out_dir`` (named by ``name``); return their paths."""
-    from .daemon import load_checkpoint, save_checkpoint  # here: the daemon imports this module
-
     if count < 1:
         raise ValueError(f"--to must be >= 1 shard, got {count}")
     paths = [Path(p) for p in paths]

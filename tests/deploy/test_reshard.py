@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from trep_edge.cli import main
-from trep_edge.runtime.daemon import Daemon, load_checkpoint, save_checkpoint
+from trep_edge.runtime.checkpoint import load_checkpoint, save_checkpoint
+from trep_edge.runtime.daemon import Daemon
 from trep_edge.runtime.config import load_config
 from trep_edge.runtime.engine import load_engine
 from trep_edge.runtime.monitor import Monitor

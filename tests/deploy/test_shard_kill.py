@@ -15,7 +15,7 @@ import time
 from broker import broker, collectors  # noqa: F401 - fixtures
 from shards import WINDOW, TOPIC, assert_scores_match, events, received, references, shard_daemon, spiked_streams
 
-from trep_edge.runtime.daemon import load_checkpoint
+from trep_edge.runtime.checkpoint import load_checkpoint
 from trep_edge.runtime.replay import Publisher, replay
 from trep_edge.runtime.reshard import stream_names
 from trep_edge.runtime.sharding import shard_of

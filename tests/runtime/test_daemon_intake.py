@@ -6,7 +6,8 @@ import threading
 import numpy as np
 import pytest
 
-from trep_edge.runtime.daemon import BadInput, load_checkpoint, save_checkpoint
+from trep_edge.runtime.checkpoint import load_checkpoint, save_checkpoint
+from trep_edge.runtime.daemon import BadInput
 from trep_edge.runtime.http_status import Metrics, monitor_metrics
 from trep_edge.runtime.mqtt_io import Telemetry, TelemetryQueue, TopicTemplate, backoff_delay, match_topic
 

@@ -17,7 +17,7 @@ import pytest
 
 from broker import broker, collectors, daemon_tables, daemons  # noqa: F401 - fixtures
 
-from trep_edge.runtime.daemon import load_checkpoint
+from trep_edge.runtime.checkpoint import load_checkpoint
 from trep_edge.runtime.detector import DetectorConfig
 from trep_edge.runtime.engine import load_engine
 from trep_edge.runtime.replay import Publisher, RecordedSeries, replay

@@ -1,0 +1,41 @@
+"""The daemon's checkpoint file: the monitor's state (a flat dict of arrays) and a JSON ``meta``, in one ``.npz``.
+
+Written by the daemon every ``checkpoint_interval`` seconds and on SIGTERM, read back when it starts, and read and
+written by ``trep-edge reshard`` (``reshard.py``) when streams move between shard layouts. The file is replaced
+atomically (``atomic_file.write_atomically``), so a crash leaves either the old checkpoint or the new one. The
+meta sits under the key ``daemon/meta`` with the ``format`` number this module reads; any other format is refused.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .atomic_file import write_atomically
+
+CHECKPOINT_FORMAT = 1
+META_KEY = "daemon/meta"
+
+
+def save_checkpoint(path: str | Path, state: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+    """Write ``state`` (flat dict of arrays) and ``meta`` atomically: temp file, fsync, rename, fsync the folder.
+
+    A crash at any moment leaves either the old checkpoint or the new one, never a torn file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = dict(state)
+    arrays[META_KEY] = np.array(json.dumps({**meta, "format": CHECKPOINT_FORMAT}))
+    write_atomically(path, lambda fh: np.savez(fh, **arrays))
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Read a checkpoint written by ``save_checkpoint``: (state, meta)."""
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(str(arrays.pop(META_KEY)))
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"checkpoint {path} has format {meta.get('format')!r}, this daemon reads {CHECKPOINT_FORMAT}")
+    return arrays, meta
