@@ -17,7 +17,6 @@ import numpy as np
 
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
 from trep_edge.datasets.yahoo import load_yahoo
-from trep_edge.runtime.metrics import aggregate_f1, point_adjust_f1
 from trep_edge.runtime.model_card import Scoring
 from trep_edge.runtime.offline import raw_scores
 from trep_edge.runtime.preprocess import Normalisation, difference, fit_normalisation
@@ -26,6 +25,7 @@ from trep_edge.runtime.scoring import adjust_scores, calibrate, score_series
 from ..data import adf_order
 from ..encoder import TRepEncoder
 from ..export import TorchEngine, build_card
+from .point_adjusted import aggregate_f1, point_adjust_f1
 
 DELAYS = (3, 7)
 

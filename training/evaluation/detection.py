@@ -17,7 +17,7 @@ label. Peers, each with the committed alert rule its own documentation or the pa
   part only (``--per-stream-train``, ``detection_per_stream``); ``trep:per-stream:NAME`` its ablations.
 
 Metrics: ``detection_metrics`` (NAB at the committed alerts and at the corpus-tuned threshold, event F1, delay,
-false alarms per 1,000 rows, UCR top-1) and point-adjusted F1 with delay 7 (``runtime.metrics``).
+false alarms per 1,000 rows, UCR top-1) and point-adjusted F1 with delay 7 (``training.evaluation.point_adjusted``).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ import numpy as np
 
 from trep_edge.runtime.detector import DetectorConfig
 from trep_edge.runtime.engine import Engine, load_engine
-from trep_edge.runtime.metrics import point_adjust_f1
+from trep_edge.training.evaluation.point_adjusted import point_adjust_f1
 from trep_edge.runtime.offline import RecordingFeatures, detect_recording, encode_recording
 from trep_edge.runtime.scoring import adjust_scores, calibrate, detect, threshold
 

@@ -13,7 +13,7 @@
   outside every window as a false alarm; the mean delay is rows from the onset to the first detection.
 - ``ucr_top1``: the UCR anomaly archive's rule: the argmax of the score over the test part lies within ±100 rows of
   the labelled segment.
-- Point-adjusted F1 with a delay (the T-Rep paper's protocol) is ``runtime.metrics.point_adjust_f1``.
+- Point-adjusted F1 with a delay (the T-Rep paper's protocol) is ``training.evaluation.point_adjusted.point_adjust_f1``.
 """
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from trep_edge.datasets.physionet import VITALS, iter_patients
-from trep_edge.runtime.metrics import aggregate_f1, point_adjust_f1
 from trep_edge.runtime.model_card import Scoring
 from trep_edge.runtime.offline import raw_scores
 from trep_edge.runtime.preprocess import Normalisation, fit_normalisation, forward_fill
@@ -24,6 +23,7 @@ from trep_edge.runtime.scoring import adjust_scores, calibrate, score_series
 
 from ..encoder import TRepEncoder
 from ..export import TorchEngine, build_card
+from .point_adjusted import aggregate_f1, point_adjust_f1
 
 FORWARD_FILL = 8
 """Hours a vital is carried over, as the shipped icu-vitals model does."""

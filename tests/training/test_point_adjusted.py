@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from trep_edge.runtime.metrics import aggregate_f1, point_adjust_f1
+from trep_edge.training.evaluation.point_adjusted import aggregate_f1, point_adjust_f1
 
 #                  0  1  2  3  4  5  6  7  8  9 10
 LABELS = np.array([0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 0], dtype=bool)  # segments [2, 6) and [8, 10)
