@@ -29,12 +29,11 @@ from trep_edge.runtime.scoring import Calibration, adjust_scores, calibrate, sco
 from trep_edge.runtime.time_index import parse_time_index, time_index
 
 from .encoder import TRepEncoder
+from .exporter import OPSET, export_module
 from .pruned_graph import last_step_graph, pruned_pair_graph
 from .step_graph import step_graph
 
 log = logging.getLogger(__name__)
-
-OPSET = 18
 
 
 def weights_sha256(module: torch.nn.Module) -> str:
@@ -44,32 +43,6 @@ def weights_sha256(module: torch.nn.Module) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
-
-
-def export_module(
-    module: torch.nn.Module,
-    example: tuple[torch.Tensor, ...],
-    path: Path,
-    input_names: list[str],
-    output_names: list[str],
-    dynamic: dict,
-    opset: int = OPSET,
-) -> None:
-    """Export ``module`` with the project's exporter settings (dynamo, ``opset``) and run the full ONNX checker."""
-    module.eval()  # inference graphs: also keeps torch from warning that a wrapper is still in training mode
-    torch.onnx.export(
-        module,
-        example,
-        str(path),
-        input_names=input_names,
-        output_names=output_names,
-        opset_version=opset,
-        dynamo=True,
-        dynamic_shapes=dynamic,
-        external_data=False,
-        verbose=False,
-    )
-    onnx.checker.check_model(onnx.load(str(path)), full_check=True)
 
 
 # the exporter's own chatter: graph-rewrite INFO lines, missing-torchvision notices, internal deprecations

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .encoder import TRepEncoder
+from .exporter import export_module
 
 INPUT_NAMES = ["x", "mask", "t"]
 OUTPUT_NAME = "z_last"
@@ -219,8 +220,6 @@ def pruned_pair_graph(encoder: TRepEncoder, window: int) -> bytes:
 
 
 def _export(module: LastStepEncoder, outputs: list[str]) -> bytes:
-    from .export import export_module  # export.py registers this module's builders: import it late
-
     module = module.eval()
     window, c = module.window, module.encoder.cfg.input_dims
     steps = torch.arange(float(window)).repeat(2, 1)

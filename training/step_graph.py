@@ -30,6 +30,7 @@ from torch import nn
 from trep_edge.runtime.step_engine import LAYOUT_KEY
 
 from .encoder import DilatedBlock, TRepEncoder, receptive_field
+from .exporter import export_module
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +105,6 @@ def example_inputs(step: StepEncoder, streams: int = 2) -> tuple[torch.Tensor, .
 
 def export_step_graph(encoder: TRepEncoder, path: Path) -> dict:
     """Write the step graph of a causal encoder (dynamic number of streams) with its layout; return the layout."""
-    from .export import export_module  # export registers this module's builder: import at call time
-
     step = StepEncoder(encoder.eval().cpu())
     example = example_inputs(step)
     n_taps = len(example) - 2
