@@ -23,6 +23,7 @@ HANDLERS = {
     "score": "trep_edge.runtime.commands:score",
     "doctor": "trep_edge.runtime.commands:doctor",
     "promote": "trep_edge.training.promote:promote_command",
+    "rollback": "trep_edge.training.promote:rollback_command",
     "reshard": "trep_edge.runtime.commands:reshard",
     "init": "trep_edge.init_config:init",
 }
@@ -270,6 +271,27 @@ def _promote_parser(sub: argparse._SubParsersAction) -> None:
                    "scored reading)")
     p.add_argument("--report", help="also write the JSON report to this file")
     p.add_argument("--dry-run", action="store_true", help="check and report, but do not write --target")
+    p.add_argument("--keep", type=int, default=5, help="models the target's history keeps for trep-edge rollback "
+                   "(the one this install replaces is kept first; older ones are deleted)")
+
+
+def _rollback_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "rollback",
+        help="put back the model an install replaced (the target's history), or list that history",
+        description="Every install by promote (and by rollback) first keeps the model it replaces in "
+        "TARGET_DIR/.history/TARGET_STEM/. Rollback installs a kept model again, card then model, each atomically, "
+        "keeping the one it replaces (so a rollback can be rolled back); the daemon hot-swaps it. Prints the "
+        "install's record as JSON; --list prints the history instead (docs/retraining.md).",
+        formatter_class=_HelpFormatter,
+    )
+    p.add_argument("--target", required=True, help="the model file the daemon runs ([model] path)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--to", metavar="SHA_PREFIX", help="the kept model to install, by the start of its sha256 "
+                       "(None: the model the last install replaced)")
+    which.add_argument("--list", action="store_true", help="print the kept models and the install records as JSON; "
+                       "change nothing")
+    p.add_argument("--keep", type=int, default=5, help="models the history keeps; older ones are deleted")
 
 
 def _eval_parser(sub: argparse._SubParsersAction) -> None:
@@ -384,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     _score_parser(sub)
     _doctor_parser(sub)
     _promote_parser(sub)
+    _rollback_parser(sub)
     _reshard_parser(sub)
     _init_parser(sub)
     return parser

@@ -1,12 +1,25 @@
-"""Promotion's verdict and its atomic install (the full path runs in test_retrain_end_to_end.py)."""
+"""Promotion's verdict and its atomic install (the full path runs in test_retrain_end_to_end.py); the history every
+install keeps, and ``trep-edge rollback`` (a real daemon sees the previous sha256 come back)."""
 from __future__ import annotations
 
+import json
 import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+from broker import broker, collectors, daemon_tables, daemons  # noqa: F401 - fixtures
 
+from trep_edge.cli import main as cli
+from trep_edge.datasets.paths import data_root
+from trep_edge.runtime.archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
+from trep_edge.runtime.config import ArchiveConfig
+from trep_edge.runtime.engine import file_sha256, load_engine
+from trep_edge.runtime.http_status import Metrics
 from trep_edge.runtime.model_card import sidecar_path
-from trep_edge.training.promote import AlertRate, install, refusals
+from trep_edge.training.promote import (AlertRate, history_folder, install, install_with_history, kept_models,
+                                        refusals, rollback)
 from trep_edge.training.trainer import resolve_checkpoint
 
 
@@ -42,3 +55,206 @@ def test_an_exported_model_without_its_checkpoint_beside_it_is_refused_with_what
     with pytest.raises(FileNotFoundError, match=r"its checkpoint .*m\.pt \(same name, \.pt\) is needed"):
         resolve_checkpoint(tmp_path / "m.onnx")
     assert resolve_checkpoint(tmp_path / "run.pt") == tmp_path / "run.pt"  # a checkpoint is taken as given
+
+
+# -- history and rollback ------------------------------------------------------------------------------------------
+
+TINY = ["--repr-dims", "16", "--hidden-dims", "24", "--depth", "3", "--batch-size", "8", "--max-train-length", "256"]
+TOPIC = "sensors/{stream}/telemetry"
+
+
+@dataclass
+class Promotable:
+    """Two candidates exported from one tiny checkpoint (beta 4 and 5: other cards, other files) and an archive."""
+
+    a: Path
+    b: Path
+    checkpoint: Path
+    archive: Path
+
+
+@pytest.fixture(scope="module")
+def promotable(tmp_path_factory, ucr_series) -> Promotable:
+    """Trained and exported with the CLI, as an operator would; the archive holds 3,000 normal readings of UCR 135
+    recorded by the daemon's own archive writer."""
+    folder = tmp_path_factory.mktemp("promote")
+    data = data_root() / "UCR_Anomaly/135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
+    ckpt, a, b = folder / "run.pt", folder / "a.onnx", folder / "b.onnx"
+    assert cli(["train", str(data), "--iterations", "15", *TINY, "--out", str(ckpt), "--no-progress"]) == 0
+    for model, beta in ((a, "4"), (b, "5")):
+        assert cli(["export", str(ckpt), "--out", str(model), "--window", "64", "--beta", beta,
+                    "--calibration-steps", "500", "--graphs", "none"]) == 0  # fmt: skip
+    metrics = Metrics()
+    declare_archive_metrics(metrics)
+    recorder = ArchiveRecorder(ArchiveConfig(enabled=True, path=str(folder / "archive"), queue_size=8192), metrics)
+    recorder.start(ArchiveHeader(("value",), "ucr135", "0" * 64, 1.0))
+    t0 = float(int(time.time())) - 3000
+    for i, value in enumerate(ucr_series.values[:3000]):
+        recorder.record("ucr135", t0 + i, {"value": float(value)})
+    recorder.close()
+    assert metrics.value("trep_edge_archived_total") == 3000
+    return Promotable(a, b, ckpt, folder / "archive")
+
+
+def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
+    """Run the CLI: (exit code, stdout, stderr)."""
+    code = cli([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _json(capsys, argv: list) -> dict:
+    code, out, err = _run(capsys, argv)
+    assert code == 0, out + err
+    return json.loads(out[out.index("{") :])
+
+
+def _promote(capsys, p: Promotable, candidate: Path, target: Path, *flags) -> dict:
+    report = _json(capsys, ["promote", candidate, "--archive", p.archive, "--target", target, "--checkpoint",
+                            p.checkpoint, "--calibration-steps", "500", "--max-alert-ratio", "10",
+                            "--min-alert-rate", "0.05", *flags])  # fmt: skip
+    assert report["installed"] and report["sha256"] == file_sha256(target), report
+    return report
+
+
+def _two_promotions(capsys, p: Promotable, target: Path) -> tuple[dict, dict, bytes, bytes]:
+    """Promote a, then b: (report a, report b, a's installed bytes, a's installed card)."""
+    first = _promote(capsys, p, p.a, target)
+    a_bytes, a_card = target.read_bytes(), sidecar_path(target).read_bytes()
+    second = _promote(capsys, p, p.b, target)
+    assert second["sha256"] != first["sha256"]
+    return first, second, a_bytes, a_card
+
+
+def test_rollback_restores_the_first_promoted_model_exactly_and_the_history_lists_both(tmp_path, capsys, promotable):
+    target = tmp_path / "models" / "current.onnx"
+    first, second, a_bytes, a_card = _two_promotions(capsys, promotable, target)
+    assert first["history"]["previous_sha256"] is None and second["history"]["previous_sha256"] == first["sha256"]
+    listed = _json(capsys, ["rollback", "--list", "--target", target])
+    assert listed["installed_sha256"] == second["sha256"]
+    assert [r["sha256"] for r in listed["installs"]] == [second["sha256"], first["sha256"]]  # newest first
+    assert all(r["command"] == "promote" and r["verdict"] == "accepted" for r in listed["installs"])
+    assert listed["installs"][0]["card"]["name"] == "b" and listed["installs"][0]["card"]["window"] == 64
+    assert [k["sha256"] for k in listed["kept"]] == [first["sha256"]]  # the model the second install replaced
+
+    record = _json(capsys, ["rollback", "--target", target])
+    assert record["sha256"] == first["sha256"] and record["previous_sha256"] == second["sha256"]
+    assert target.read_bytes() == a_bytes and file_sha256(target) == first["sha256"]
+    assert sidecar_path(target).read_bytes() == a_card
+    assert load_engine(target, "cpu").card.scoring.beta == 4.0  # the model and its card agree (the daemon checks)
+    listed = _json(capsys, ["rollback", "--list", "--target", target])
+    assert [r["verdict"] for r in listed["installs"]] == ["rollback", "accepted", "accepted"]
+    assert {k["sha256"] for k in listed["kept"]} == {first["sha256"], second["sha256"]}
+    assert not list(target.parent.glob(".*.tmp")) and not list(history_folder(target).rglob(".*.tmp"))
+
+
+def test_a_rollback_of_a_rollback_returns_to_the_second_model(tmp_path, capsys, promotable):
+    target = tmp_path / "models" / "current.onnx"
+    first, second, _, _ = _two_promotions(capsys, promotable, target)
+    b_bytes, b_card = target.read_bytes(), sidecar_path(target).read_bytes()
+    assert _json(capsys, ["rollback", "--target", target])["sha256"] == first["sha256"]
+    assert _json(capsys, ["rollback", "--target", target])["sha256"] == second["sha256"]
+    assert target.read_bytes() == b_bytes and sidecar_path(target).read_bytes() == b_card
+    # Going back and forth keeps one copy per model; --to picks any kept model by a prefix of its sha256.
+    assert len(kept_models(target)) == 2
+    assert _json(capsys, ["rollback", "--target", target, "--to", first["sha256"][:8]])["sha256"] == first["sha256"]
+
+
+def test_keep_bounds_the_kept_models_and_the_records_oldest_removed_first(tmp_path, capsys, promotable):
+    target = tmp_path / "models" / "current.onnx"
+    # --days changes the calibration source in the card, so each promotion installs another file.
+    shas = [_promote(capsys, promotable, promotable.a, target, "--days", days, "--keep", "2")["sha256"]
+            for days in ("7", "6", "5", "4")]  # fmt: skip
+    assert len(set(shas)) == 4
+    assert [k.sha256 for k in kept_models(target)] == shas[1:3]  # the replaced ones, the oldest deleted
+    listed = _json(capsys, ["rollback", "--list", "--target", target])
+    assert [r["sha256"] for r in listed["installs"]] == [shas[3], shas[2]]
+    folders = [p for p in history_folder(target).iterdir() if p.is_dir()]
+    assert len(folders) == 2
+    _json(capsys, ["rollback", "--target", target, "--keep", "1"])
+    assert [k.sha256 for k in kept_models(target)] == [shas[3]] and file_sha256(target) == shas[2]
+
+
+def _fake_history(tmp_path, installs: int) -> Path:
+    """A target installed ``installs`` times from small files (the history does not read the model's content)."""
+    target = tmp_path / "models" / "m.onnx"
+    target.parent.mkdir(parents=True)
+    for i in range(installs):
+        staged = tmp_path / f"staged-{i}" / "m.onnx"
+        staged.parent.mkdir()
+        staged.write_bytes(b"model %d" % i)
+        sidecar_path(staged).write_text(json.dumps({"name": f"m{i}"}))
+        install_with_history(staged, target, keep=100, command="test")
+    return target
+
+
+def test_bad_rollback_input_exits_2_with_one_line_naming_what_to_fix(tmp_path, capsys):
+    def error(*argv) -> str:
+        code, out, err = _run(capsys, ["rollback", *argv])
+        assert code == 2 and out == "" and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert err.startswith("trep-edge rollback: error: ")
+        return err
+
+    missing = tmp_path / "models" / "absent.onnx"
+    assert f"{missing} does not exist: --target must name the installed model file" in error("--target", missing)
+    alone = tmp_path / "alone.onnx"
+    alone.write_bytes(b"a model installed by hand")
+    assert f"no model history for {alone}" in error("--target", alone)
+    assert f"no model history for {alone}" in error("--target", alone, "--list")
+    once = _fake_history(tmp_path / "once", 1)
+    assert "no model is kept" in error("--target", once)
+
+    target = _fake_history(tmp_path, 18)  # 17 kept models: two share a first hex digit
+    kept = [k.sha256 for k in kept_models(target)]
+    assert len(kept) == 17
+    everything = [*kept, file_sha256(target)]
+    shared = next(c for c in "0123456789abcdef" if sum(s.startswith(c) for s in kept) > 1)
+    assert f"--to '{shared}' is ambiguous" in error("--target", target, "--to", shared)
+    unknown = next(f"{i:02x}" for i in range(256) if not any(s.startswith(f"{i:02x}") for s in everything))
+    assert f"--to '{unknown}': no model kept for {target}" in error("--target", target, "--to", unknown)
+    assert "is the model installed at" in error("--target", target, "--to", file_sha256(target))
+    assert "--keep 0: keep at least 1 model" in error("--target", target, "--keep", "0")
+    assert target.read_bytes() == b"model 17" and len(kept_models(target)) == 17  # nothing changed
+    with pytest.raises(SystemExit) as exc:  # argparse's own usage error, also exit 2
+        cli(["rollback", "--target", str(target), "--list", "--to", "ab"])
+    assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_model_that_ran_without_a_card_sidecar_comes_back_without_one(tmp_path):
+    target = tmp_path / "m.onnx"
+    target.write_bytes(b"old model, card inside only")
+    staged = tmp_path / "staged" / "m.onnx"
+    staged.parent.mkdir()
+    staged.write_bytes(b"new model")
+    sidecar_path(staged).write_text("new card")
+    install_with_history(staged, target)
+    assert sidecar_path(target).read_text() == "new card"
+    rollback(target)
+    assert target.read_bytes() == b"old model, card inside only" and not sidecar_path(target).exists()
+    rollback(target)
+    assert target.read_bytes() == b"new model" and sidecar_path(target).read_text() == "new card"
+
+
+def test_a_running_daemon_reports_the_previous_sha256_after_a_rollback(tmp_path, capsys, promotable, broker, daemons,
+                                                                        collectors):  # fmt: skip
+    target = tmp_path / "models" / "current.onnx"
+    first, second, _, _ = _two_promotions(capsys, promotable, target)
+    daemon = daemons(tmp_path / "daemon", daemon_tables(broker, target, tmp_path / "daemon"))  # [model] watch: on
+    daemon.start()
+    daemon.wait_http("/readyz")
+    out = collectors(broker.port, ["trep-edge/#"])
+    status_topic = "trep-edge/status/" + daemon.tables["mqtt"]["client_id"]
+
+    def status_says(sha: str):
+        def check(c):
+            messages = c.select(status_topic)
+            return messages and messages[-1].json()["model_sha256"] == sha and messages[-1].json()
+        return out.wait_for(check, timeout=30, what=f"model_sha256 {sha[:12]} on {status_topic}")
+
+    status_says(second["sha256"])
+    _json(capsys, ["rollback", "--target", target])
+    assert status_says(first["sha256"])["model_error"] is None
+    _json(capsys, ["rollback", "--target", target])  # and back again
+    assert status_says(second["sha256"])["model_error"] is None
+    assert daemon.metrics()['trep_edge_model_reloads_total{result="ok"}'] == 2
+    assert daemon.alive() and "refused" not in daemon.log_text()
