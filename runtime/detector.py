@@ -94,6 +94,11 @@ class DetectorConfig:
         prior_weight: readings' worth of weight given to the model card's ``detector_prior`` (the signals' statistics
             on the model's calibration data), which lets a new stream alert after ``min_count - prior_weight``
             readings; 0 ignores the prior.
+        min_warmup: scored readings a stream needs before it may alert however much of ``min_count`` the prior
+            stands for (at most ``min_count``). The prior describes readings whose window is judged in full; a new stream's first readings
+            have windows that are mostly padding, where the model's distance runs 1.5–3× its usual level: with a
+            prior drawn from one stream's own training slice (narrow) a quarter of such streams alerted on their
+            first reading (docs/detection.md).
     """
 
     signals: tuple[str, ...] = SIGNALS
@@ -112,6 +117,7 @@ class DetectorConfig:
     prior_weight: int = 100
     record_decay: float = 0.003
     record_cap: float = 9.0
+    min_warmup: int = DEVIATION_MIN_VALUES
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
@@ -119,7 +125,7 @@ class DetectorConfig:
         unknown = [s for s in signals if s not in SIGNALS]
         if not signals or unknown:
             raise ValueError(f"detector signals must be a non-empty subset of {SIGNALS}, got {list(signals)}")
-        for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup", "debounce"):
+        for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup", "debounce", "min_warmup"):
             if getattr(self, name) < 1:
                 raise ValueError(f"detector {name} must be >= 1, got {getattr(self, name)}")
         for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight"):
@@ -443,8 +449,8 @@ class Detector:
         prior = SignalPrior.from_card(card_prior, c.signals, c.prior_weight) if card_prior else None
         self.memory = RepresentationMemory(dims, c.memory, c.stride, c.exclusion)
         self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior)
-        # A prior stands for that many readings of the stream's own warm-up.
-        warmup = c.min_count - (0 if prior is None else prior.count)
+        # A prior stands for that many readings of the stream's own warm-up, never for its first min_warmup.
+        warmup = c.min_count if prior is None else max(c.min_count - prior.count, min(c.min_warmup, c.min_count))
         self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect, c.debounce, c.record_decay,
                               c.record_cap)
 

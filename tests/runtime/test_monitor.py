@@ -140,8 +140,9 @@ def test_channels_from_several_messages_merge_into_one_scored_step(vitals_engine
     (scored,) = monitor.tick(ts + 0.6).scored
     assert scored.values == {"HR": 72.0, "SpO2": 97.0, "RESP": 16.0} and scored.timestamp == ts
     assert scored.raw >= 0 and scored.channel == ""
-    # The stream has no history yet: its first reading is judged against the card's prior alone.
-    assert vitals_engine.card.detector_prior and np.isfinite(scored.score)
+    # The stream has no history yet: its first reading is judged against the card's prior alone (and cannot alert
+    # before min_warmup readings: its window is mostly padding).
+    assert vitals_engine.card.detector_prior and np.isfinite(scored.surprise) and scored.warming
 
 
 def test_a_step_missing_a_channel_is_not_sent_to_the_model(vitals_engine):
@@ -235,8 +236,10 @@ def test_a_short_gap_is_missing_steps_and_a_long_gap_restarts_warm_up(univariate
 
 def test_a_stream_warms_up_before_its_alerts_are_published(ucr_series, univariate_engine):
     assert univariate_engine.card.detector_prior["n"] >= 100
-    # The card's prior stands for 100 of the 104 readings: the stream's 4th reading may alert.
-    monitor = Monitor(univariate_engine, alerts=AlertConfig(clear_after=1), detector=DetectorConfig(min_count=104))
+    # The card's prior stands for 100 of the 104 readings: the stream's 4th reading may alert (min_warmup lowered to
+    # let it; the next test covers the default).
+    monitor = Monitor(univariate_engine, alerts=AlertConfig(clear_after=1),
+                      detector=DetectorConfig(min_count=104, min_warmup=4))
     faults = (2, 9)
     scored, alerts = run(monitor, [value("a", t, ucr_series.values[t] + FAULT * (t in faults)) for t in range(10)])
     assert np.isfinite([s.surprise for s in scored]).all()  # the prior gives even the first reading a surprise
@@ -250,6 +253,20 @@ def test_a_stream_warms_up_before_its_alerts_are_published(ucr_series, univariat
     assert raised.timestamp == fault.timestamp and raised.score == fault.score and raised.threshold == DetectorConfig().threshold
     assert raised.window_end == fault.step and raised.window_start == fault.step - 63
     assert raised.values == fault.values and raised.channel == ""
+
+
+def test_a_prior_never_lets_a_stream_alert_before_min_warmup_readings(ucr_series, univariate_engine):
+    # Per-stream cards carry a narrow prior; a new stream's first windows are mostly padding, and an obvious fault
+    # there must wait for min_warmup readings (it alerted on reading 0 before).
+    detector = DetectorConfig()
+    assert univariate_engine.card.detector_prior["n"] >= detector.min_count and detector.min_warmup == 16
+    monitor = Monitor(univariate_engine, detector=detector)
+    faults = (0, 5, 14, 20)
+    scored, alerts = run(monitor, [value("a", t, ucr_series.values[t] + FAULT * (t in faults)) for t in range(30)])
+    assert [s.warming for s in scored] == [True] * 15 + [False] * 15  # the 16th scored reading may alert
+    assert max(s.surprise for s in scored[:15]) > detector.threshold  # judged, but not alerted
+    assert [s.step - T0 for s in scored if s.alert] == [20]
+    assert [(a.state, a.timestamp - T0) for a in alerts if a.state == "raised"] == [("raised", 20)]
 
 
 def test_warm_up_without_a_prior_is_two_unscored_readings_and_min_count_scored_ones(univariate_engine):

@@ -85,6 +85,12 @@ def test_event_f1_counts_found_missed_false_alarms_and_delay():
     assert dm.false_alarms_per_1000([alerts_at(300)], [[(500, 500)]]) == pytest.approx(1000 / 850)
 
 
+def test_probation_alerts_count_only_the_first_15_percent_per_stream():
+    # T = 1000 rows: probation is rows 0..149.
+    assert dm.probation_alerts([alerts_at(0, 149, 150, 900), alerts_at(10)]) == pytest.approx(1.5)
+    assert dm.probation_alerts([alerts_at(150)]) == 0.0 and dm.probation_alerts([]) == 0.0
+
+
 def test_ucr_top1_is_the_argmax_of_the_test_part_within_a_hundred_rows():
     score = np.zeros(T)
     score[100] = 9.0  # in the train part: ignored

@@ -140,6 +140,7 @@ def summarise(outputs: list[Output], streams: list[Stream]) -> dict[str, float]:
     row["nab_tuned"], row["tuned_threshold"] = dm.tuned_nab(scores, events)
     row.update({k: v for k, v in dm.event_f1(alerts, events).items()})
     row["fa_per_1k"] = dm.false_alarms_per_1000(alerts, events)
+    row["probation_alerts"] = dm.probation_alerts(alerts)
     labelled = [(a, s) for a, s in zip(alerts, streams) if s.events]
     pa = [point_adjust_f1(a, _labels(s), 7) for a, s in labelled]
     tp, fp, fn = (sum(r[k] for r in pa) for k in ("tp", "fp", "fn"))
@@ -240,7 +241,7 @@ def markdown(results: dict) -> str:
     """One table per category and overall: a row per detector."""
     cols = [("nab_standard", "NAB std"), ("nab_reward_low_FP", "low FP"), ("nab_reward_low_FN", "low FN"),
             ("nab_tuned", "NAB std tuned"), ("f1", "event F1"), ("mean_delay", "delay"), ("fa_per_1k", "FA/1k"),
-            ("pa_f1_7", "PA-F1@7"), ("ucr_top1", "UCR top-1")]  # fmt: skip
+            ("pa_f1_7", "PA-F1@7"), ("ucr_top1", "UCR top-1"), ("probation_alerts", "probation alerts")]  # fmt: skip
     lines = [f"Command: `{results['command']}` — wall time {results['wall_seconds']:.0f} s; streams "
              f"{results['streams']}; model `{results['model']}` (sepsis: `{results['icu_model']}`).", ""]  # fmt: skip
     notes = results.get("notes") or {}

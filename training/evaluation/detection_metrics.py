@@ -152,6 +152,12 @@ def false_alarms_per_1000(detections: list[np.ndarray], events: list[list[tuple[
     return 1000.0 * stats["false_alarms"] / max(rows, 1)
 
 
+def probation_alerts(detections: list[np.ndarray]) -> float:
+    """Mean alerts per stream inside its probation part: what an operator sees when a stream connects, which no
+    other metric counts (the standard score, event F1 and false alarms all skip probation)."""
+    return float(np.mean([np.count_nonzero(d[: probation(len(d))]) for d in detections])) if detections else 0.0
+
+
 def ucr_top1(score: np.ndarray, test_start: int, segment: tuple[int, int], margin: int = 100) -> bool:
     """Whether the argmax of ``score`` over the test part lies within ``margin`` rows of the labelled segment."""
     test = np.nan_to_num(np.asarray(score, dtype=np.float64)[test_start:], nan=-np.inf)
