@@ -97,8 +97,8 @@ class DetectorConfig:
         min_warmup: scored readings a stream needs before it may alert however much of ``min_count`` the prior
             stands for (at most ``min_count``). A new stream's first windows are mostly padding, which the prior
             (full windows only) does not describe, and its own statistics are still settling away from the prior:
-            with 1 a quarter of streams with a per-stream card alerted on reading 0 and 58 % of ICU patients within
-            their first hours; 30 won the benchmark against 16, 24 and 48 (docs/detection.md).
+            with 1, a quarter of streams with a per-stream card alerted on reading 0, and 107 of 150 ICU patients
+            within their first 5 hours; 30 won the benchmark against 16, 24 and 48 (docs/detection.md).
     """
 
     signals: tuple[str, ...] = SIGNALS
