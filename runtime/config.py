@@ -186,8 +186,9 @@ class InputConfig:
     rename: list[str] = _doc("channel renames SENT=CHANNEL, applied before channels are checked: a sensor's name for "
                              "a value -> the model's channel name (e.g. [\"O2Sat=SpO2\", \"Resp=RESP\"])",
                              factory=list)  # fmt: skip
-    format: str = _doc("payload format: json (readings, batches, SenML, plain numbers) or influx (InfluxDB line "
-                       "protocol, e.g. Telegraf's MQTT output)", "json")  # fmt: skip
+    format: str = _doc("payload format: json (readings, batches, SenML, plain numbers), influx (InfluxDB line "
+                       "protocol, e.g. Telegraf's MQTT output) or sparkplug (Sparkplug B protobuf on spBv1.0/# "
+                       "topics; needs the [sparkplug] extra)", "json")  # fmt: skip
     influx_precision: str = _doc("unit of line-protocol timestamps: ns, us, ms or s", "ns")
     log_interval: float = _doc("seconds between log lines about one kind of bad input", 10.0)
     dead_letter_interval: float = _doc("seconds between dead-letter samples of one kind of bad input", 1.0)
@@ -197,6 +198,10 @@ class InputConfig:
             raise ConfigError(f"input.unknown_channels must be 'reject' or 'ignore', got {self.unknown_channels!r}")
         if self.format not in FORMATS:
             raise ConfigError(f"input.format must be one of {list(FORMATS)}, got {self.format!r}")
+        if self.format == "sparkplug":
+            from .sparkplug import require_protobuf
+
+            require_protobuf()  # without the [sparkplug] extra: ModuleNotFoundError, one line naming it (cli)
         if self.influx_precision not in INFLUX_PRECISIONS:
             raise ConfigError(f"input.influx_precision must be one of {list(INFLUX_PRECISIONS)}, "
                               f"got {self.influx_precision!r}")

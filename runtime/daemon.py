@@ -46,6 +46,7 @@ from .mqtt_io import MqttLink, Telemetry, TelemetryQueue
 from .payloads import MALFORMED_KINDS, parse_payload_lenient
 from .reshard import select_streams, stream_names
 from .sharding import Shard
+from .sparkplug import SparkplugDecoder
 from .windows import WINDOW_REJECTIONS
 
 log = logging.getLogger(__name__)
@@ -213,6 +214,7 @@ class Daemon:
         self._reload = threading.Event()
         self._bad = BadInput(config.input.log_interval, config.input.dead_letter_interval)
         self._arrivals: dict[tuple[str, float], float] = {}
+        self._sparkplug = SparkplugDecoder()  # Sparkplug B BIRTH aliases, bounded; protobuf only when decoding
         self._internal_errors = 0
         self._allowance, self._taken, self._backlog = config.monitor.tick_max_messages, 0, 0
         self._cost: float | None = None  # seconds of intake + scoring per message, smoothed over ticks
@@ -454,7 +456,7 @@ class Daemon:
             return
         readings, errors = parse_payload_lenient(item.payload, item.stream, channels, now, cfg.max_bytes, cfg.max_skew,
                                                  cfg.unknown_channels, renames, item.channel, cfg.format,
-                                                 cfg.influx_precision)  # fmt: skip
+                                                 cfg.influx_precision, item.topic, self._sparkplug)  # fmt: skip
         if item.stream is None and self.shard.count > 1:
             # Streams named in the payload: keep this shard's readings. Bad input of such messages names no stream
             # to route it by, so shard 0 alone reports it rather than every shard once.

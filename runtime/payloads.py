@@ -47,6 +47,13 @@ number when its topic names the channel (shape 4).
    unit=press2``). A line that does not parse is ``bad_line``; blank lines and ``#`` comments are skipped. The
    format is a setting, not guessed: a JSON number and a one-field line can look alike.
 
+6. **Sparkplug B** (``[input] format = "sparkplug"``, Eclipse Tahu protobuf on ``spBv1.0/...`` topics): the stream
+   is ``group_id/edge_node_id[/device_id]`` from the topic, NBIRTH/DBIRTH messages define metric aliases, each
+   NDATA/DDATA gives one reading per metric timestamp (milliseconds; else the payload's, else the receive time),
+   its numeric metrics the channels (booleans 0/1, nulls missing; text, bytes, datasets and templates skipped).
+   Deaths, commands and STATE give nothing. A payload that is not such a protobuf is ``bad_protobuf``, a topic not
+   of that form ``bad_topic``, an alias no BIRTH defined ``unknown_alias``. ``runtime/sparkplug.py`` has the rules.
+
 Validation of every value (``values`` entries and SenML ``v``): a number is accepted; ``null`` is missing (NaN);
 the non-standard JSON literal ``NaN`` is also read as missing, because that is what common float serialisers
 (Python's ``json``) emit for a missing value; ``Infinity`` / ``-Infinity`` and numbers too large for a double
@@ -81,7 +88,10 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from .sparkplug import SparkplugDecoder
 
 MALFORMED_KINDS = (
     "not_json",
@@ -98,12 +108,15 @@ MALFORMED_KINDS = (
     "bad_stream_id",
     "duplicate_key",
     "bad_line",
+    "bad_protobuf",
+    "bad_topic",
+    "unknown_alias",
 )
 """Every ``PayloadError.kind``, for per-kind counters."""
 
 UNKNOWN_CHANNEL_POLICIES = ("reject", "ignore")
-FORMATS = ("json", "influx")
-"""``[input] format``: JSON readings, batches, SenML and plain numbers; or InfluxDB line protocol."""
+FORMATS = ("json", "influx", "sparkplug")
+"""``[input] format``: JSON readings, batches, SenML and plain numbers; InfluxDB line protocol; or Sparkplug B."""
 INFLUX_PRECISIONS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 _INFLUX_ESCAPE = re.compile(r"\\([,= \\])")
 _INFLUX_INTEGER = re.compile(r"[+-]?\d+[iu]")
@@ -168,10 +181,12 @@ def parse_payload(
     channel: str | None = None,
     format: str = "json",
     influx_precision: str = "ns",
+    topic: str | None = None,
+    sparkplug: SparkplugDecoder | None = None,
 ) -> list[Reading]:
     """Parse a message into readings, all or nothing: raise the first ``PayloadError`` (module docstring)."""
     readings, errors = parse_payload_lenient(payload, stream, channels, now, max_bytes, max_skew, unknown_channels,
-                                             rename, channel, format, influx_precision)  # fmt: skip
+                                             rename, channel, format, influx_precision, topic, sparkplug)  # fmt: skip
     if errors:
         raise errors[0]
     return readings
@@ -189,6 +204,8 @@ def parse_payload_lenient(
     channel: str | None = None,
     format: str = "json",
     influx_precision: str = "ns",
+    topic: str | None = None,
+    sparkplug: SparkplugDecoder | None = None,
 ) -> tuple[list[Reading], list[PayloadError]]:
     """Parse a message into its good readings and one ``PayloadError`` per rejected reading; never raises on data.
 
@@ -196,6 +213,8 @@ def parse_payload_lenient(
     channel names (None for a channel-independent model: any well-formed name), ``now`` the receive time in epoch
     seconds, ``rename`` sent name → model channel, ``channel`` the channel a ``{channel}`` topic level names (the
     payload is then one number), ``format`` one of ``FORMATS`` with ``influx_precision`` its timestamp unit.
+    Sparkplug B needs the message's ``topic`` (its stream) and the ``sparkplug`` decoder holding the aliases of
+    earlier BIRTH messages (without one, a fresh decoder knows none).
     """
     if format not in FORMATS or influx_precision not in INFLUX_PRECISIONS:
         raise ValueError(f"format must be one of {FORMATS} and influx_precision one of {sorted(INFLUX_PRECISIONS)}, "
@@ -209,6 +228,8 @@ def parse_payload_lenient(
     try:
         if format == "influx":
             return _influx(_text(payload, max_bytes, "bad_line"), ctx, INFLUX_PRECISIONS[influx_precision])
+        if format == "sparkplug":
+            return _sparkplug(_bytes(payload, max_bytes), topic, sparkplug, ctx)
         document = _decode(payload, max_bytes)
         if stream is not None:
             _check_stream_id(stream, "topic stream")
@@ -243,8 +264,8 @@ def channel_renames(entries: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def _text(payload: bytes, max_bytes: int, unreadable: str = "not_json") -> str:
-    """The message as UTF-8 text within the size limit; bytes that are not UTF-8 are ``unreadable``."""
+def _bytes(payload: bytes, max_bytes: int) -> bytes:
+    """The message's bytes within the size limit."""
     if isinstance(payload, str):
         payload = payload.encode("utf-8")
     if not isinstance(payload, (bytes, bytearray, memoryview)):
@@ -252,6 +273,12 @@ def _text(payload: bytes, max_bytes: int, unreadable: str = "not_json") -> str:
     data = bytes(payload)
     if len(data) > max_bytes:
         raise PayloadError("too_large", f"message of {len(data)} bytes exceeds the limit of {max_bytes}")
+    return data
+
+
+def _text(payload: bytes, max_bytes: int, unreadable: str = "not_json") -> str:
+    """The message as UTF-8 text within the size limit; bytes that are not UTF-8 are ``unreadable``."""
+    data = _bytes(payload, max_bytes)
     if not data.strip():
         raise PayloadError("empty", "the message is empty")
     try:
@@ -608,4 +635,37 @@ def _influx(text: str, ctx: _Context, unit: float) -> tuple[list[Reading], list[
             readings.append(_influx_line(line, ctx, unit))
         except PayloadError as exc:
             errors.append(PayloadError(exc.kind, str(exc), i))
+    return readings, errors
+
+
+def _sparkplug(data: bytes, topic: str | None, decoder: SparkplugDecoder | None,
+               ctx: _Context) -> tuple[list[Reading], list[PayloadError]]:  # fmt: skip
+    """Shape 6: a Sparkplug B message; one reading per metric timestamp, a bad one rejecting itself only."""
+    from .sparkplug import SparkplugDecoder  # protobuf is an optional extra: loaded for this format only
+
+    if topic is None:
+        raise ValueError("format 'sparkplug' needs the message's topic: it names the stream")
+    decoded = (decoder if decoder is not None else SparkplugDecoder()).decode(topic, data)
+    if decoded.stream is None:  # BIRTH, DEATH, commands, STATE: no readings
+        return [], []
+    stream = _resolve_stream(ctx, decoded.stream)
+    groups: dict[int | None, list] = {}
+    for sample in decoded.samples:
+        groups.setdefault(sample.timestamp_ms, []).append(sample)
+    readings, errors = [], []
+    for ms, samples in sorted(groups.items(), key=lambda group: ctx.now if group[0] is None else group[0] / 1000):
+        try:
+            failed = next((s.error for s in samples if s.error is not None), None)
+            if failed is not None:
+                raise failed
+            seen: set[str] = set()
+            twice = next((s.name for s in samples if s.name in seen or seen.add(s.name)), None)
+            if twice is not None:
+                raise PayloadError("duplicate_key", f"metric {twice[:40]!r} appears twice at time {ms} ms")
+            timestamp = ctx.now if ms is None else _check_skew(ms / 1000, ctx)
+            values = _channel_values(((s.name, s.value) for s in samples), ctx,
+                                     lambda value, name: _value(value, f"metric {name[:40]!r}"))  # fmt: skip
+            readings.append(Reading(stream, timestamp, values))
+        except PayloadError as exc:
+            errors.append(PayloadError(exc.kind, str(exc), samples[0].index))
     return readings, errors

@@ -179,3 +179,48 @@ def test_streams_sampled_at_another_period_than_the_model_are_reported(tmp_path,
     assert "1 stream(s) send at another period than model icu-vitals was trained on (3600 s): e.g. bed1 every 1 s" in log
     reports = [m.json().get("period_mismatch") for m in status.select("trep-edge/status/")]
     assert {"streams": 1, "model_period": 3600.0, "examples": {"bed1": 1.0}} in reports
+
+
+def test_sparkplug_b_device_data_is_scored_once_in_order_on_its_group_node_device_stream(tmp_path, broker, daemons,
+                                                                                        collectors):  # fmt: skip
+    """An edge node speaking Sparkplug B: NBIRTH, DBIRTH (names and aliases), then DDATA with aliases only; bad input
+    of the three Sparkplug kinds (bad_protobuf, unknown_alias, bad_topic) is counted and costs nothing else."""
+    from trep_edge.runtime.sparkplug import payload_class
+
+    payload = payload_class()
+    daemon = _ready(tmp_path, broker, daemons, MODEL, mqtt={"topics": ["spBv1.0/#"]}, input={"format": "sparkplug"})
+    collector = collectors(broker.port, ["trep-edge/scores/#", "trep-edge/dead-letter"])
+    names, steps = ["oil_temp", "pressure", "current"], 120
+    t0 = int(time.time()) - 200
+    node = payload(timestamp=t0 * 1000, seq=0)
+    node.metrics.add(name="bdSeq", alias=100, datatype=8, long_value=0)
+    node.metrics.add(name="Node Control/Rebirth", alias=101, datatype=11, boolean_value=False)
+    device = payload(timestamp=t0 * 1000, seq=1)
+    for alias, name in enumerate(names, start=1):
+        device.metrics.add(name=name, alias=alias, datatype=10, double_value=0.0)
+    messages = [("spBv1.0/plant/NBIRTH/edge1", node.SerializeToString()),
+                ("spBv1.0/plant/DBIRTH/edge1/press3", device.SerializeToString())]  # fmt: skip
+    for k in range(steps):
+        data = payload(timestamp=(t0 + k) * 1000, seq=(k + 2) % 256)
+        for alias in range(1, len(names) + 1):
+            data.metrics.add(alias=alias, double_value=40.0 + alias + np.sin(k / 7 + alias))
+        messages.append(("spBv1.0/plant/DDATA/edge1/press3", data.SerializeToString()))
+        if k == steps // 2:  # bad input of each Sparkplug kind, between good messages
+            messages += [("spBv1.0/plant/DDATA/edge1/press3", b"\xff\xfe not a protobuf"),
+                         ("spBv1.0/plant/DDATA/edge1/press4", data.SerializeToString()),  # no DBIRTH for press4
+                         ("spBv1.0/plant/BOGUS/edge1", data.SerializeToString())]  # fmt: skip
+    publish(broker.port, messages)
+    scores = [m.json() for m in collector.wait_count("trep-edge/scores/plant/edge1/press3", steps, timeout=60)]
+    assert [s["timestamp"] for s in scores] == [t0 + k for k in range(steps)]  # each DDATA once, in order
+    assert {s["stream"] for s in scores} == {"plant/edge1/press3"}
+    assert daemon.alive() and daemon.http("/healthz")[0] == 200
+    metrics = daemon.metrics()
+    for kind in ("bad_protobuf", "unknown_alias", "bad_topic"):
+        assert metrics[f'trep_edge_malformed_total{{kind="{kind}"}}'] == 1, kind
+    assert metrics["trep_edge_readings_total"] == steps
+    assert metrics["trep_edge_messages_total"] == steps + 5
+    assert len(collector.select("trep-edge/scores/plant/edge1/press3")) == steps  # and no score twice since
+    letters = [m.json() for m in collector.wait_count("trep-edge/dead-letter", 3)]
+    assert {(d["kind"], d["topic"]) for d in letters} == {
+        ("bad_protobuf", "spBv1.0/plant/DDATA/edge1/press3"), ("unknown_alias", "spBv1.0/plant/DDATA/edge1/press4"),
+        ("bad_topic", "spBv1.0/plant/BOGUS/edge1")}
