@@ -56,4 +56,4 @@ if [ "${TREP_EDGE_SETUP_ONLY:-}" = torch ]; then
   exit 0
 fi
 
-"${pip[@]}" install -q -c constraints/cpu.txt -e ".[cpu,train,dev]"
+"${pip[@]}" install -q -c constraints/cpu.txt -e ".[cpu,train,sparkplug,dev]"
