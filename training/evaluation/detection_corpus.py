@@ -5,6 +5,9 @@
   level shift, flatline, variance change, slow drift, frequency change, dropout to zero, contextual: a stretch of
   the signal from elsewhere, distorted cycle, none) at three sizes in robust scales of the stream (2, 3, 5), one
   labelled event per stream; every fifth stream has three channels with the fault in one.
+- ``multi``: longer streams of the same real signals with two or three faults each (kinds and sizes drawn at
+  random, one per equal slot of the part after probation), as real feeds have: a false alarm or a long refractory
+  period now costs the next event, which one-event streams cannot show.
 - ``ucr``: the three UCR anomaly archive series (train part, then one labelled segment in the test part).
 - ``sepsis``: PhysioNet 2019 set B patients with odd ids (never model training data), seven vitals, hourly; the
   event is the first hour labelled septic; most patients have none.
@@ -45,11 +48,17 @@ def _robust_scale(x: np.ndarray) -> float:
     return float((q75 - q25) / 1.349) or float(np.nanstd(x)) or 1.0
 
 
-def inject(values: np.ndarray, kind: str, size: float, rng: np.random.Generator) -> tuple[np.ndarray, list]:
-    """A copy of a univariate series with one fault of ``kind`` at ``size`` robust scales; its event list."""
+def inject(
+    values: np.ndarray, kind: str, size: float, rng: np.random.Generator, onset: int | None = None
+) -> tuple[np.ndarray, list]:
+    """A copy of a univariate series with one fault of ``kind`` at ``size`` robust scales; its event list.
+
+    The onset is drawn from 35–80 % of the series unless ``onset`` is given; scales are the series' own.
+    """
     v = values.copy()
     t, s = len(v), _robust_scale(values)
     e, span = int(rng.integers(int(0.35 * t), int(0.8 * t))), int(rng.integers(30, 150))
+    e = e if onset is None else int(onset)
     if kind == "none":
         return v, []
     if kind in ("spike", "dip"):
@@ -116,6 +125,33 @@ def synthetic(root: Path, count: int, seed: int = 0) -> list[Stream]:
     return streams
 
 
+def multi(root: Path, count: int, seed: int = 1) -> list[Stream]:
+    """``count`` longer streams with two or three faults each, one per slot of rows 20–95 % (module docstring)."""
+    rng = np.random.default_rng(seed)
+    sources = [s for s in _sources(root) if len(s[1]) >= 6000]  # room for three slots (the MIMIC-II half is short)
+    streams = []
+    for k in range(count):
+        name, values = sources[(k * 5 + 2) % len(sources)]
+        length = int(rng.integers(6000, 9000))
+        start = int(rng.integers(0, max(len(values) - length, 1)))
+        channels = [0, 1, 2] if k % 4 == 3 else [int(rng.integers(0, 3))]
+        block = values[start : start + length][:, channels].copy()
+        series = np.where(np.isnan(block[:, 0]), np.nanmedian(block[:, 0]), block[:, 0])
+        t, n = len(series), 2 + k % 2
+        edges = np.linspace(0.2 * t, 0.95 * t, n + 1).astype(int)
+        events, kinds = [], []
+        for a, b in zip(edges[:-1], edges[1:]):
+            kind, size = str(rng.choice(KINDS[:-1])), float(rng.choice(SIZES))
+            onset = int(rng.integers(a, a + (b - a) // 2))  # the first half of its slot: room for its span
+            series, found = inject(series, kind, size, rng, onset)
+            events += found
+            kinds.append(f"{kind}{size:g}")
+        block[:, 0] = series
+        streams.append(Stream(f"{name}#m{k}:{'+'.join(kinds)}", "multi", [f"c{c}" for c in channels], block, events,
+                              meta={"kinds": kinds}))  # fmt: skip
+    return streams
+
+
 def ucr(root: Path, names: tuple[str, ...] = UCR) -> list[Stream]:
     """The UCR anomaly series: the train part is normal, the test part holds one labelled segment."""
     out = []
@@ -149,5 +185,6 @@ def sepsis(root: Path, patients: int, septic_share: float = 0.3) -> list[Stream]
 def corpus(root_override: str | None, quick: bool) -> list[Stream]:
     """The benchmark corpus; ``quick`` is a smaller fixed subset of every category."""
     root = data_root(root_override)
-    return (synthetic(root, 33 if quick else 66) + ucr(root, UCR[2:] if quick else UCR)
+    return (synthetic(root, 33 if quick else 66) + multi(root, 12 if quick else 24)
+            + ucr(root, UCR[2:] if quick else UCR)
             + sepsis(root, 150 if quick else 500))  # fmt: skip
