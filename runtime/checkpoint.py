@@ -4,6 +4,12 @@ Written by the daemon every ``checkpoint_interval`` seconds and on SIGTERM, read
 written by ``trep-edge reshard`` (``reshard.py``) when streams move between shard layouts. The file is replaced
 atomically (``atomic_file.write_atomically``), so a crash leaves either the old checkpoint or the new one. The
 meta sits under the key ``daemon/meta`` with the ``format`` number this module reads; any other format is refused.
+
+The daemon's meta: ``saved_at``, ``model``, ``model_sha256``, ``config_revision``, ``shard`` and, optional (absent
+from checkpoints of earlier daemons and from ``trep-edge reshard``'s output, which then restore without it),
+``lifecycle``: ``alerts.Lifecycle.to_json()``, the streams reported ``no_data`` (stream -> epoch seconds), those
+with a ``pending`` status out, and the last message of each open episode, so that a restart repeats none of them.
+Readers ignore meta keys they do not know, so an optional key needs no new format number.
 """
 from __future__ import annotations
 

@@ -159,10 +159,19 @@ class MonitorSettings:
     evict_after: float = _doc("seconds without an accepted reading after which a stream is closed: an open alert "
                               "episode is cleared, its state leaves memory and the checkpoint (a stream that comes "
                               "back warms up again); 0 = never", 86400.0)  # fmt: skip
+    stale_after: float = _doc("seconds without an accepted reading after which a stream is reported once as "
+                              "no_data (alerts and retained state topics; its next accepted reading reports ok); "
+                              "more than [windows] period and less than evict_after; 0 = off", 0.0)  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.evict_after < 0:
             raise ConfigError(f"monitor.evict_after must be >= 0 seconds (0 = never), got {self.evict_after}")
+        if not self.stale_after >= 0:
+            raise ConfigError(f"monitor.stale_after must be >= 0 seconds (0 = off), got {self.stale_after}")
+        if self.stale_after and self.evict_after and self.stale_after >= self.evict_after:
+            raise ConfigError(f"monitor.stale_after ({self.stale_after:g} s) must be less than monitor.evict_after "
+                              f"({self.evict_after:g} s): a silent stream is reported as no_data before it is "
+                              "closed; lower stale_after, raise evict_after, or set stale_after = 0 (off)")
         if self.tick_interval <= 0:
             raise ConfigError(f"monitor.tick_interval must be > 0 seconds, got {self.tick_interval}")
         if self.tick_max_messages < 1 or self.tick_budget_ms <= 0:

@@ -8,10 +8,14 @@ One thread does all the scoring work, in a plain loop:
 2. file the readings into their streams (``Monitor.ingest``);
 3. every ``tick_interval`` seconds, score all streams with new steps in one onnxruntime call (``Monitor.tick``)
    and publish each alert state change (QoS 1) plus the stream's current alert state (QoS 1, retained), and
-   optionally every score;
+   optionally every score; the lifecycle status (``alerts.Lifecycle``: a stream's first ``ok``, ``pending``) of
+   the scored streams too;
 4. every ``checkpoint_interval`` seconds (and on SIGTERM) write the monitor's state atomically, so a restarted
-   daemon resumes with warm streams;
-5. on SIGHUP, or when the model file changes, load the new config and model aside and swap them in only if
+   daemon resumes with warm streams; with it the lifecycle (streams reported ``no_data``, pending runs, open
+   episodes' last messages), so a restart repeats none of them;
+5. with ``[monitor] stale_after``, at most every min(1 s, stale_after / 4) report the streams silent that long as
+   ``no_data`` (once), and a reported stream's next accepted reading as ``ok``;
+6. on SIGHUP, or when the model file changes, load the new config and model aside and swap them in only if
    both are good; a bad model is refused, logged and reported on the status topic while the old one keeps
    running.
 
@@ -36,12 +40,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .alerts import STATUS_OF_STATE, AlertTracker, Lifecycle, StreamStatus
 from .archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import MonitorConfig, load_config
 from .engine import Engine, file_sha256, load_engine
 from .http_status import StatusServer, monitor_metrics
-from .monitor import AlertOut, Monitor, ScoredReading, SensorEvent
+from .monitor import AlertOut, Monitor, ScoredReading, SensorEvent, TickResult
 from .mqtt_io import MqttLink, Telemetry, TelemetryQueue
 from .payloads import MALFORMED_KINDS, parse_payload_lenient
 from .reshard import select_streams, stream_names
@@ -74,14 +79,21 @@ def fill_topic(template: str, stream: str = "", client_id: str = "") -> str:
     return template.replace("{stream}", stream).replace("{client_id}", client_id)
 
 
+def _envelope(kind: str, engine: Engine, revision: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """A message of the alerts and state topics: ``fields`` between the version and kind and what every such message
+    carries (the model, the config revision, advisory, when it was published)."""
+    return {"schema_version": ALERT_SCHEMA_VERSION, "kind": kind, **fields,
+            "model": {"name": engine.card.name, "sha256": engine.sha256}, "config_revision": revision,
+            "advisory": True, "published_at": time.time()}  # fmt: skip
+
+
 def alert_message(alert: AlertOut, engine: Engine, revision: str) -> dict[str, Any]:
     """The versioned alert JSON (docs/alerts.md), published on state changes and retained as the current state."""
-    return {
-        "schema_version": ALERT_SCHEMA_VERSION,
-        "kind": "anomaly",
+    return _envelope("anomaly", engine, revision, {
         "alert_id": alert.alert_id,
         "stream": alert.stream,
         "state": alert.state,
+        "status": STATUS_OF_STATE[alert.state],
         "active": alert.state != "cleared",
         "severity": alert.severity,
         "score": finite_or_none(alert.score),
@@ -91,31 +103,44 @@ def alert_message(alert: AlertOut, engine: Engine, revision: str) -> dict[str, A
         "timestamp": finite_or_none(alert.timestamp),
         "window_start": finite_or_none(alert.window_start),
         "window_end": finite_or_none(alert.window_end),
-        "model": {"name": engine.card.name, "sha256": engine.sha256},
-        "config_revision": revision,
-        "advisory": True,
-        "published_at": time.time(),
-    }
+    })  # fmt: skip
 
 
 def sensor_message(event: SensorEvent, engine: Engine, revision: str) -> dict[str, Any]:
     """A sensor fault (docs/alerts.md): a channel sent a value outside its plausible range, or recovered."""
-    return {
-        "schema_version": ALERT_SCHEMA_VERSION,
-        "kind": "sensor",
+    return _envelope("sensor", engine, revision, {
         "alert_id": f"{event.stream}:sensor:{event.channel}",
         "stream": event.stream,
         "channel": event.channel,
         "state": event.state,
+        "status": STATUS_OF_STATE[event.state],
         "active": event.state == "raised",
         "value": finite_or_none(event.value),
         "plausible": [finite_or_none(event.low), finite_or_none(event.high)],
         "timestamp": finite_or_none(event.timestamp),
-        "model": {"name": engine.card.name, "sha256": engine.sha256},
-        "config_revision": revision,
-        "advisory": True,
-        "published_at": time.time(),
-    }
+    })  # fmt: skip
+
+
+def stream_message(change: StreamStatus, engine: Engine, revision: str) -> dict[str, Any]:
+    """A stream's lifecycle status (docs/alerts.md): ``ok``, ``pending`` or ``no_data``, with its open episode's id."""
+    return _envelope("stream", engine, revision, {
+        "stream": change.stream,
+        "status": change.status,
+        "reason": change.reason,
+        "active": change.open_alert is not None,
+        "open_alert": change.open_alert,
+        **{k: finite_or_none(v) if isinstance(v, float) else v for k, v in change.details.items()},
+        "timestamp": finite_or_none(change.timestamp),
+    })  # fmt: skip
+
+
+def check_lifecycle(config: MonitorConfig) -> None:
+    """Refuse a ``stale_after`` that every stream trips between two readings (no_data and ok on every reading)."""
+    stale, period = config.monitor.stale_after, config.windows.period
+    if stale and stale <= period:
+        raise ValueError(f"monitor.stale_after ({stale:g} s) must exceed [windows] period ({period:g} s): every "
+                         f"stream is silent that long between two readings; e.g. stale_after = {5 * period:g}, "
+                         "or 0 (off)")  # fmt: skip
 
 
 def score_message(s: ScoredReading) -> dict[str, Any]:
@@ -180,6 +205,7 @@ class Daemon:
         env: Mapping[str, str] | None = None,
         flags: Mapping[tuple[str, str], str] | None = None,
     ) -> None:
+        check_lifecycle(config)
         self.config = config
         self._config_source = (config_path, env, dict(flags or {}))
         self.metrics = monitor_metrics()
@@ -196,7 +222,9 @@ class Daemon:
         self.metrics.zero("trep_edge_alerts_total", "state", ("raised", "updated", "cleared"))
         self.engine = self._load_engine(config)
         self.archive = ArchiveRecorder(config.archive, self.metrics) if config.archive.enabled else None
+        self.lifecycle = Lifecycle(config.alerts.pending)  # replaced by the checkpoint's, if one is restored
         self.monitor = self._restore_or_new(config)
+        self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
         self.model_error: str | None = None
         self._model_seen = self._model_stamp(config.model.path)
         self.queue = TelemetryQueue(config.mqtt.queue_size)
@@ -259,7 +287,25 @@ class Daemon:
         states = list(monitor.streams.values())
         log.info("restored %d streams (%d active, %d warming) from %s, saved %.1f s ago", len(states),
                  states.count("active"), states.count("warming"), path, age)  # fmt: skip
+        self._restore_lifecycle(config, state, meta, monitor, path)
         return monitor
+
+    def _restore_lifecycle(self, config: MonitorConfig, state: Mapping[str, np.ndarray], meta: Mapping[str, Any],
+                           monitor: Monitor, path: Path) -> None:  # fmt: skip
+        """The lifecycle saved with the checkpoint (absent before it existed, and after ``trep-edge reshard``), for
+        the restored streams; the open episodes are the alert tracker's. Unusable: start a fresh one, keep the rest."""
+        try:
+            tracker = AlertTracker.from_state({k[8:]: v for k, v in state.items() if k.startswith("tracker/")})
+            self.lifecycle = Lifecycle.restore(config.alerts.pending, meta.get("lifecycle"), monitor.streams,
+                                               tracker.open_ids(stream_names(state)))  # fmt: skip
+        except Exception as exc:
+            log.warning("checkpoint %s: could not restore the streams' lifecycle (%s); no stream is reported as "
+                        "no_data or pending", path, exc)  # fmt: skip
+            self.lifecycle = Lifecycle.restore(config.alerts.pending, None, monitor.streams, {})
+            return
+        if self.lifecycle.stale:
+            log.info("%d restored stream(s) were reported as no_data: their next reading reports ok",
+                     len(self.lifecycle.stale))  # fmt: skip
 
     def _owned_state(self, state: dict[str, np.ndarray], meta: dict[str, Any], path: Path) -> dict[str, np.ndarray]:
         """The checkpoint's streams this shard owns: after a change of layout without ``reshard``, not all of them."""
@@ -344,7 +390,7 @@ class Daemon:
             self.archive.start(self._archive_header())
         next_tick = time.monotonic() + self.config.monitor.tick_interval
         next_watch = time.monotonic() + self.config.model.watch_interval
-        next_sweep = time.monotonic()
+        next_sweep = next_stale = time.monotonic()
         try:
             while not self._stop.is_set():
                 room = self._allowance - self._taken
@@ -373,6 +419,10 @@ class Daemon:
                 if evict_after and now >= next_sweep:
                     next_sweep = now + min(10.0, evict_after / 2)
                     self._evict(evict_after)
+                stale_after = self.config.monitor.stale_after
+                if stale_after and now >= next_stale:
+                    next_stale = now + min(1.0, stale_after / 4)
+                    self._mark_stale(stale_after)
                 if self.config.state.path and now - self._last_checkpoint >= self.config.state.checkpoint_interval:
                     self.checkpoint()
                 self.metrics.set("trep_edge_queue_depth", len(self.queue))
@@ -474,6 +524,9 @@ class Daemon:
                     self.metrics.inc("trep_edge_streams_refused_total", pattern=item.pattern)
                 continue
             self.metrics.inc("trep_edge_readings_total")
+            if reading.stream in self.lifecycle.stale:
+                self._publish_status(self.lifecycle.accepted(reading.stream, reading.timestamp))
+                self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
             if self.archive is not None:
                 self.archive.record(reading.stream, reading.timestamp, reading.values)
             self._arrivals.setdefault((reading.stream, reading.timestamp), item.received)
@@ -508,8 +561,10 @@ class Daemon:
         if result.batch_rows:
             self.metrics.observe("trep_edge_inference_batch_rows", result.batch_rows)
             self.metrics.observe("trep_edge_inference_seconds", result.inference_seconds)
+        self._lifecycle_of_scored(result, first=True)  # a stream's first ok precedes an alert of the same tick
         for alert in result.alerts:
             self._publish_alert(alert)
+        self._lifecycle_of_scored(result, first=False)  # an alert ends the pending run it came from
         for event in result.sensor:
             # The alerts topic only: the retained state topic is the stream's anomaly episode, which a sensor fault
             # must not overwrite.
@@ -530,6 +585,47 @@ class Daemon:
             self.metrics.inc("trep_edge_scored_total", len(result.scored))
         self.metrics.set("trep_edge_last_tick_timestamp_seconds", published)
 
+    def _lifecycle_of_scored(self, result: TickResult, first: bool) -> None:
+        """The scored streams' lifecycle changes: with ``first``, a stream's first ``ok`` (on its first scored
+        reading); else ``pending`` and its end, from the gate's hot run after the tick (on the latest reading)."""
+        if first:
+            for s in result.scored:
+                self._publish_status(self.lifecycle.scored(s.stream, s.warming, s.timestamp))
+            return
+        debounce = self.config.detector.debounce
+        for s in {s.stream: s for s in result.scored}.values():
+            hot_run = result.hot_runs.get(s.stream, 0)
+            details = {"hot_readings": hot_run, "debounce": debounce, "score": s.surprise, "threshold": s.threshold}
+            self._publish_status(self.lifecycle.scored(s.stream, s.warming, s.timestamp, hot_run, details))
+
+    def _publish_status(self, change: StreamStatus | None) -> None:
+        """A stream's lifecycle status: on the alerts topic (all but its first ``ok``) and retained on its state
+        topic, unless an open episode's last message is to be retained again instead."""
+        if change is None:
+            return
+        topics = self.config.topics
+        payload = json.dumps(stream_message(change, self.engine, self.config.revision))
+        if change.to_alerts:
+            self.link.publish(fill_topic(topics.alerts, change.stream), payload, qos=1)
+        retained = payload if change.retain is None else json.dumps(change.retain)
+        self.link.publish(fill_topic(topics.state, change.stream), retained, qos=1, retain=True)
+        # One line per pending run, like an alert; silence and recovery can come by the thousand (a gateway down):
+        # the sweep logs those in one line.
+        log.log(logging.INFO if change.status == "pending" or change.reason == "pending_ended" else logging.DEBUG,
+                "stream %s %s (%s)%s", change.stream, change.status, change.reason,
+                f", alert {change.open_alert} open" if change.open_alert else "")  # fmt: skip
+
+    def _mark_stale(self, after: float) -> None:
+        """Report the streams silent for ``after`` seconds as ``no_data``, once per silence."""
+        now = time.time()
+        changes = self.lifecycle.silent(self.monitor.silent(now, after), now, after)
+        for change in changes:
+            self._publish_status(change)
+        if changes:
+            self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
+            log.info("%d stream(s) silent for %.0f s: no_data (e.g. %s); %d stale in all", len(changes), after,
+                     changes[0].stream, len(self.lifecycle.stale))  # fmt: skip
+
     def _publish_alert(self, alert: AlertOut) -> None:
         topics = self.config.topics
         message = alert_message(alert, self.engine, self.config.revision)
@@ -538,6 +634,7 @@ class Daemon:
         payload = json.dumps(message)
         self.link.publish(fill_topic(topics.alerts, alert.stream), payload, qos=1)
         self.link.publish(fill_topic(topics.state, alert.stream), payload, qos=1, retain=True)
+        self.lifecycle.episode(alert.stream, message)
         self.metrics.inc("trep_edge_alerts_total", state=alert.state)
         log.info("alert %s %s (%s): score %.3g vs threshold %.3g%s", alert.alert_id, alert.state, alert.severity,
                  alert.score, alert.threshold, f" (channel {alert.channel})" if alert.channel else "")  # fmt: skip
@@ -548,6 +645,8 @@ class Daemon:
         for alert in self.monitor.remove_streams(silent) if silent else []:
             self._publish_alert(alert)
         if silent:
+            self.lifecycle.forget(silent)
+            self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
             self._update_gauges()  # before the counter: a scraper that sees the eviction sees the gauges after it
             self.metrics.inc("trep_edge_streams_evicted_total", len(silent))
             log.info("closed %d stream(s) silent for %.0f s (e.g. %s)", len(silent), after, silent[0])
@@ -595,7 +694,8 @@ class Daemon:
         """Write the monitor's state atomically (a failure is logged and retried at the next interval)."""
         self._last_checkpoint = time.monotonic()
         meta = {"saved_at": time.time(), "model": self.engine.card.name, "model_sha256": self.engine.sha256,
-                "config_revision": self.config.revision, "shard": str(self.shard)}  # fmt: skip
+                "config_revision": self.config.revision, "shard": str(self.shard),
+                "lifecycle": self.lifecycle.to_json()}  # fmt: skip
         try:
             save_checkpoint(self.config.state.path, self.monitor.state_dict(), meta)
         except OSError as exc:
@@ -625,6 +725,7 @@ class Daemon:
             if config is None:
                 path, env, flags = self._config_source
                 config = load_config(path, env, flags)
+            check_lifecycle(config)
             sections = ("mqtt", "http", "topics", "archive")
             restart_only = [f"[{s}]" for s in sections if getattr(config, s) != getattr(self.config, s)]
             old, new = self.config.monitor, config.monitor
@@ -652,6 +753,7 @@ class Daemon:
             setattr(self.config, section, value)
         swapped = engine is not self.engine
         self.engine, self.monitor, self.model_error = engine, monitor, None
+        self.lifecycle.pending_enabled = config.alerts.pending
         if self.archive is not None and swapped:
             self.archive.set_header(self._archive_header())  # the next part names the new model
         self._model_seen = self._model_stamp(config.model.path)

@@ -166,6 +166,8 @@ def monitor_metrics() -> Metrics:
               "by the topic template they arrived on")
     m.declare("trep_edge_streams_evicted_total", "counter", "streams closed after [monitor] evict_after seconds of "
               "silence (open episodes cleared, state forgotten)")
+    m.declare("trep_edge_streams_stale", "gauge", "streams reported as no_data: silent for [monitor] stale_after "
+              "seconds, not yet back")
     m.declare("trep_edge_inference_batch_rows", "histogram", "rows per onnxruntime call (2 per scored stream)",
               BATCH_BUCKETS)  # fmt: skip
     m.declare("trep_edge_inference_seconds", "histogram", "onnxruntime time per tick", LATENCY_BUCKETS)

@@ -126,6 +126,9 @@ class TickResult:
     batch_rows: int  # rows sent to the engine (2 per scored window: unmasked and masked)
     inference_seconds: float
     sensor: list[SensorEvent] = field(default_factory=list)  # sensor faults raised or cleared since the last tick
+    # Per stream scored in this tick: its run of readings at or above the alert gate's bar that has not alerted
+    # (yet: debounce, refractory period), as the gate holds it after the tick; 0 = none. The daemon's pending state.
+    hot_runs: dict[str, int] = field(default_factory=dict)
 
 
 def _span(seconds: float) -> str:
@@ -368,7 +371,10 @@ class Monitor:
         for rows in rounds:
             self._step_round(batch, rows, raw[rows], z[rows], deviation[rows], scored, alerts)
         sensor, self._sensor = self._sensor, []
-        return TickResult(scored, alerts, rows_sent, seconds, sensor)
+        gate, rows = self._detector.gate, {s.stream: self._index[s.stream] for s in scored}
+        at = np.fromiter(rows.values(), dtype=np.int64, count=len(rows))
+        hot_runs = dict(zip(rows, np.where(gate.alerted_[at], 0, gate.hot_[at]).tolist()))
+        return TickResult(scored, alerts, rows_sent, seconds, sensor, hot_runs)
 
     def _scaled_windows(self, batch: StepBatch, rounds: list[np.ndarray], complete: np.ndarray) -> np.ndarray:
         """The batch's windows, each scaled by its lane's statistics up to its step (stream-scaled models)."""

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from trep_edge.runtime.alerts import AlertConfig, AlertEvent, AlertTracker
+from trep_edge.runtime.alerts import STATUS_OF_STATE, AlertConfig, AlertEvent, AlertTracker, Lifecycle
 
 ONE = np.array([0])
 # With the default threshold 1 of run(): 1.2 is a warning-level exceedance (critical starts at 1.5).
@@ -143,3 +143,139 @@ def test_added_streams_start_idle():
 def test_config_rejects_values_out_of_range(kwargs, field):
     with pytest.raises(ValueError, match=field):
         AlertConfig(**kwargs)
+
+
+# -- lifecycle: what the daemon publishes, in Grafana's vocabulary -------------------------------------------------
+
+
+def _changes(lifecycle, steps):
+    """Feed (stream, warming, hot_run) steps at timestamps 0, 1, ...; return [(t, stream, status, reason)]."""
+    out = []
+    for t, (stream, warming, hot) in enumerate(steps):
+        change = lifecycle.scored(stream, warming, float(t), hot, {"hot_readings": hot})
+        if change is not None:
+            out.append((t, change.stream, change.status, change.reason))
+    return out
+
+
+def _episode(stream, state, n=1):
+    return {"kind": "anomaly", "alert_id": f"{stream}-{n}", "stream": stream, "state": state}
+
+
+def test_episode_states_map_to_firing_and_resolved():
+    assert STATUS_OF_STATE == {"raised": "firing", "updated": "firing", "cleared": "resolved"}
+
+
+def test_a_streams_first_scored_reading_is_ok_once_and_for_the_state_topic_only():
+    lifecycle = Lifecycle()
+    changes = _changes(lifecycle, [("a", True, 0), ("a", False, 0), ("a", False, 0), ("b", False, 0)])
+    assert changes == [(1, "a", "ok", "first_score"), (3, "b", "ok", "first_score")]
+    first = lifecycle.scored("c", False, 9.0)
+    assert first.to_alerts is False and first.retain is None and first.timestamp == 9.0
+
+
+def test_a_stream_with_an_episode_before_its_first_score_gets_no_ok_over_it():
+    lifecycle = Lifecycle()
+    lifecycle.episode("a", _episode("a", "raised"))
+    lifecycle.episode("a", _episode("a", "cleared"))
+    assert _changes(lifecycle, [("a", False, 0)]) == []  # the retained state stays "resolved"
+
+
+def test_pending_is_published_once_per_hot_run_and_ends_in_ok_or_firing():
+    lifecycle = Lifecycle(pending=True)
+    steps = [("a", False, 0), ("a", False, 1), ("a", False, 2), ("a", False, 0), ("a", False, 0), ("a", False, 1)]
+    assert _changes(lifecycle, steps) == [(0, "a", "ok", "first_score"), (1, "a", "pending", "pending"),
+                                          (3, "a", "ok", "pending_ended"), (5, "a", "pending", "pending")]
+    lifecycle.episode("a", _episode("a", "raised"))  # the run reached debounce: firing, pending is over
+    assert lifecycle.pending == set()
+    assert _changes(lifecycle, [("a", False, 0), ("a", False, 3)]) == []  # an open episode is the state
+    lifecycle.episode("a", _episode("a", "cleared"))
+    assert _changes(lifecycle, [("a", False, 0)]) == []  # resolved: no ok on top of it
+
+
+def test_a_reading_before_the_latest_of_its_tick_can_only_give_the_first_ok():
+    lifecycle = Lifecycle(pending=True)
+    assert lifecycle.scored("a", False, 1.0).reason == "first_score"  # hot run unknown: no pending decided on it
+    assert lifecycle.scored("a", False, 2.0, 2).status == "pending"
+    assert lifecycle.scored("a", False, 3.0) is None  # an earlier reading of a later tick does not end the run
+
+
+def test_pending_carries_the_gates_count_and_is_off_by_default():
+    on = Lifecycle(pending=True)
+    on.scored("a", False, 0.0, 0)
+    change = on.scored("a", False, 1.0, 2, {"hot_readings": 2, "debounce": 3})
+    assert change.status == "pending" and change.to_alerts and change.details == {"hot_readings": 2, "debounce": 3}
+    assert _changes(Lifecycle(), [("a", False, 0), ("a", False, 2), ("a", False, 0)]) == [(0, "a", "ok", "first_score")]
+    on.pending_enabled = False  # turned off by a reload while pending: the next reading closes it
+    assert on.scored("a", False, 2.0, 3).reason == "pending_ended"
+
+
+def test_no_data_once_per_silence_with_the_open_episode_then_recovery_retains_the_episode_again():
+    lifecycle = Lifecycle()
+    raised = _episode("a", "raised", 4)
+    lifecycle.episode("a", raised)
+    [silent] = lifecycle.silent(["a", "b"], 100.0, 30.0)[:1]
+    assert (silent.stream, silent.status, silent.open_alert, silent.details) == ("a", "no_data", "a-4",
+                                                                                  {"silent_for": 30.0})
+    assert silent.to_alerts and silent.retain is None
+    assert lifecycle.silent(["a", "b"], 101.0, 30.0) == []  # once per silence
+    assert lifecycle.scored("b", False, 102.0, 0) is None  # a late score does not overwrite no_data
+    assert lifecycle.accepted("c", 103.0) is None
+    back = lifecycle.accepted("a", 104.0)
+    assert (back.status, back.reason, back.open_alert, back.retain, back.details) == (
+        "ok", "recovered", "a-4", raised, {"no_data_since": 100.0})
+    assert back.to_alerts
+    plain = lifecycle.accepted("b", 105.0)
+    assert plain.retain is None and plain.open_alert is None
+    assert lifecycle.accepted("a", 106.0) is None and lifecycle.stale == {}
+
+
+def test_no_data_ends_a_pending_run_and_forget_drops_everything():
+    lifecycle = Lifecycle(pending=True)
+    _changes(lifecycle, [("a", False, 1)])
+    lifecycle.silent(["a"], 10.0, 5.0)
+    assert lifecycle.pending == set() and "a" in lifecycle.stale
+    lifecycle.episode("b", _episode("b", "raised"))
+    lifecycle.forget(["a", "b"])
+    assert (lifecycle.known, lifecycle.open, lifecycle.pending, lifecycle.stale) == (set(), {}, set(), {})
+
+
+def test_restore_keeps_stale_pending_and_episodes_of_restored_streams_only():
+    before = Lifecycle(pending=True)
+    before.episode("a", _episode("a", "updated", 2))
+    _changes(before, [("p", False, 0), ("p", False, 2)])
+    before.silent(["a", "s", "gone"], 50.0, 10.0)
+    saved = json.loads(json.dumps(before.to_json()))  # as the checkpoint meta carries it
+    streams = {"a": "active", "s": "warming", "p": "active", "w": "warming"}
+    after = Lifecycle.restore(False, saved, streams, {"a": "a-2"})
+    assert after.stale == {"a": 50.0, "s": 50.0} and after.pending == {"p"} and after.pending_enabled is False
+    assert after.open == {"a": _episode("a", "updated", 2)}
+    assert after.known == {"a", "s", "p"}  # "w" is warming and was never reported: its first score gets an ok
+    assert after.silent(["a"], 60.0, 10.0) == []  # no second no_data after a restart
+    assert after.accepted("a", 61.0).retain == _episode("a", "updated", 2)
+    assert after.scored("w", False, 62.0, 0).reason == "first_score"
+
+
+def test_restore_without_a_saved_lifecycle_takes_open_episodes_from_the_tracker():
+    after = Lifecycle.restore(True, None, {"a": "active", "b": "active"}, {"b": "b-7"})
+    assert after.open == {"b": {"alert_id": "b-7"}} and after.stale == {} and after.known == {"a", "b"}
+    assert after.scored("b", False, 1.0, 3) is None  # an open episode: no pending over it
+    [silent] = after.silent(["b"], 2.0, 1.0)
+    assert silent.open_alert == "b-7"
+    back = after.accepted("b", 3.0)
+    assert back.open_alert == "b-7" and back.retain is None  # the episode's message is unknown: ok names it
+    assert after.to_json()["open"] == {}  # an id-only entry is not saved as a message
+
+
+def test_tracker_names_its_open_episodes():
+    tracker = AlertTracker(n_streams=3)
+    tracker.step(np.array([0, 2]), np.array([3.0, 3.0]), 1.0, np.array([True, True]))
+    tracker.step(np.array([0]), np.array([0.0]), 1.0, np.array([False]))  # one reading below: still open
+    assert tracker.open_ids(["x", "y", "z"]) == {"x": "x-1", "z": "z-1"}
+
+
+def test_pending_is_not_part_of_the_trackers_saved_state():
+    """A checkpoint must still load in a daemon from before the setting (a rollback keeps warm streams)."""
+    tracker = AlertTracker(AlertConfig(pending=True), n_streams=1)
+    restored = AlertTracker.from_state(tracker.state_dict())
+    assert restored.config == AlertConfig()
