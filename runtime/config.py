@@ -113,7 +113,8 @@ class MqttConfig:
 class TopicsConfig:
     """Where the daemon publishes ([topics]); {stream} is the stream id, {client_id} the MQTT client id."""
 
-    alerts: str = _doc("alert state changes (raised/updated/cleared), QoS 1, not retained",
+    alerts: str = _doc("alert changes (raised/updated/cleared: status firing/resolved; stream no_data/ok; sensor "
+                       "faults), QoS 1, not retained",
                        "trep-edge/alerts/{stream}")  # fmt: skip
     state: str = _doc("current alert state of each stream, QoS 1, retained", "trep-edge/state/{stream}")
     scores: str = _doc("every scored reading ('' = off); for dashboards and tests, not for alarms", "")
