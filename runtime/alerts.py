@@ -36,6 +36,11 @@ from .scoring import StreamState
 SEVERITIES = ("none", "warning", "critical")
 """Severity names, indexed by the tracker's integer severity."""
 
+def episode_id(stream: str, episode: int) -> str:
+    """An episode's stable id, ``"{stream}-{episode}"`` (episodes are numbered 1, 2, ... per stream)."""
+    return f"{stream}-{int(episode)}"
+
+
 STATUS_OF_STATE = {"raised": "firing", "updated": "firing", "cleared": "resolved"}
 """The lifecycle status (Grafana's vocabulary) of an episode's or a sensor fault's state."""
 
@@ -80,7 +85,7 @@ class AlertEvent:
 
     def alert_id(self, stream_name: str) -> str:
         """Return the episode's stable id, ``"{stream_name}-{episode}"``."""
-        return f"{stream_name}-{self.episode}"
+        return episode_id(stream_name, self.episode)
 
 
 class AlertTracker(StreamState):
@@ -113,7 +118,7 @@ class AlertTracker(StreamState):
 
     def open_ids(self, names: list[str]) -> dict[str, str]:
         """The open episodes' ids by stream, for streams named ``names`` (row order)."""
-        return {names[i]: f"{names[i]}-{int(self.episode_[i])}" for i in np.flatnonzero(self.active_).tolist()}
+        return {names[i]: episode_id(names[i], self.episode_[i]) for i in np.flatnonzero(self.active_).tolist()}
 
     def step(
         self, stream_idx: np.ndarray, scores: np.ndarray, thresholds: np.ndarray | float, alerts: np.ndarray

@@ -592,6 +592,8 @@ class Daemon:
             for s in result.scored:
                 self._publish_status(self.lifecycle.scored(s.stream, s.warming, s.timestamp))
             return
+        if not (self.lifecycle.pending_enabled or self.lifecycle.pending):
+            return  # nothing pending to publish or to end: skip a per-stream pass on every tick
         debounce = self.config.detector.debounce
         for s in {s.stream: s for s in result.scored}.values():
             hot_run = result.hot_runs.get(s.stream, 0)

@@ -50,7 +50,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .alerts import AlertConfig, AlertEvent, AlertTracker
+from .alerts import SEVERITIES, AlertConfig, AlertEvent, AlertTracker, episode_id
 from .detector import Detector, DetectorConfig, window_deviation
 from .engine import Engine
 from .payloads import Reading
@@ -526,8 +526,8 @@ class Monitor:
         out = []
         missing = dict.fromkeys(self._store.channels, math.nan)
         for i in idx[self._tracker.active_[idx]].tolist():
-            stream, severity = self._names[i], ("none", "warning", "critical")[int(self._tracker.severity_[i])]
-            out.append(AlertOut(f"{stream}-{int(self._tracker.episode_[i])}", stream, "cleared", severity, math.nan,
+            stream, severity = self._names[i], SEVERITIES[int(self._tracker.severity_[i])]
+            out.append(AlertOut(episode_id(stream, self._tracker.episode_[i]), stream, "cleared", severity, math.nan,
                                 math.nan, "", dict(missing), math.nan, math.nan, stamp))  # fmt: skip
             self._counters["alerts_cleared"] += 1
         for i in idx.tolist():

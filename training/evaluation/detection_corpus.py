@@ -105,6 +105,18 @@ def _sources(root: Path) -> list[tuple[str, np.ndarray]]:
     return out
 
 
+def _excerpt(
+    values: np.ndarray, rng: np.random.Generator, lengths: tuple[int, int], all_channels: bool
+) -> tuple[np.ndarray, list[int], np.ndarray]:
+    """A random stretch of a ``[T, 3]`` source: its channels (all three, or one drawn), the block and its first
+    channel with gaps filled by the median (the channel faults go into)."""
+    length = int(rng.integers(*lengths))
+    start = int(rng.integers(0, max(len(values) - length, 1)))
+    channels = [0, 1, 2] if all_channels else [int(rng.integers(0, 3))]
+    block = values[start : start + length][:, channels].copy()
+    return block, channels, np.where(np.isnan(block[:, 0]), np.nanmedian(block[:, 0]), block[:, 0])
+
+
 def synthetic(root: Path, count: int, seed: int = 0) -> list[Stream]:
     """``count`` streams of real signals with one injected fault each (module docstring)."""
     rng = np.random.default_rng(seed)
@@ -113,12 +125,7 @@ def synthetic(root: Path, count: int, seed: int = 0) -> list[Stream]:
     for k in range(count):
         name, values = sources[k % len(sources)]
         kind, size = KINDS[k % len(KINDS)], SIZES[(k // len(KINDS)) % len(SIZES)]
-        length = int(rng.integers(2500, 5000))
-        start = int(rng.integers(0, max(len(values) - length, 1)))
-        block = values[start : start + length]
-        channels = [0, 1, 2] if k % 5 == 4 else [int(rng.integers(0, 3))]
-        block = block[:, channels].copy()
-        clean = np.where(np.isnan(block[:, 0]), np.nanmedian(block[:, 0]), block[:, 0])
+        block, channels, clean = _excerpt(values, rng, (2500, 5000), k % 5 == 4)
         block[:, 0], events = inject(clean, kind, size, rng)
         streams.append(Stream(f"{name}#{k}:{kind}{size:g}", "synthetic", [f"c{c}" for c in channels], block, events,
                               meta={"kind": kind, "size": size}))  # fmt: skip
@@ -132,11 +139,7 @@ def multi(root: Path, count: int, seed: int = 1) -> list[Stream]:
     streams = []
     for k in range(count):
         name, values = sources[(k * 5 + 2) % len(sources)]
-        length = int(rng.integers(6000, 9000))
-        start = int(rng.integers(0, max(len(values) - length, 1)))
-        channels = [0, 1, 2] if k % 4 == 3 else [int(rng.integers(0, 3))]
-        block = values[start : start + length][:, channels].copy()
-        series = np.where(np.isnan(block[:, 0]), np.nanmedian(block[:, 0]), block[:, 0])
+        block, channels, series = _excerpt(values, rng, (6000, 9000), k % 4 == 3)
         t, n = len(series), 2 + k % 2
         edges = np.linspace(0.2 * t, 0.95 * t, n + 1).astype(int)
         events, kinds = [], []
