@@ -16,8 +16,11 @@ own history, on a scale that means the same for every stream and every model:
 2. **Surprise** (``SignalStats``): each signal's long-run mean and variance per stream (expanding, then exponential
    with memory ``horizon``), and the tail probability of the reading's value — and of the mean of the last
    ``short`` values, for anomalies that last — under a Gaussian of that history. A signal's surprise is
-   ``−log10`` of that probability; the reading's score is the largest surprise less ``log10`` of the number of
-   tests (a Bonferroni correction, so more signals or channels do not mean more false alarms).
+   ``−log10`` of that probability. A lane's signals are combined by Fisher's method (``combine_surprise``: the
+   tail probability of ``−2 Σ ln p`` under χ² with ``2k`` degrees of freedom), so a reading that several signals
+   find unusual outranks one that a single signal finds a little more unusual; the reading's score is the best
+   lane's surprise less ``log10`` of the number of lanes (a Bonferroni correction, so more channels do not mean
+   more false alarms).
 3. **Alert** (``AlertGate``), the product's one alert decision: score ≥ ``threshold`` and above the stream's
    decaying record of surprises outside alerts, for ``debounce`` readings in a row once the stream has
    ``min_count`` scored readings, once per such run, and not within ``refractory`` readings of its previous alert.
@@ -49,6 +52,9 @@ SIGNALS = ("distance", "novelty", "deviation")
 """The per-reading signals the detector can judge, in the order of ``SignalStats`` columns: ``distance`` and
 ``novelty`` from the model's representations, ``deviation`` from the window it saw (``window_deviation``)."""
 
+COMBINATIONS = ("fisher", "max")
+"""How a lane's signal surprises become one: Fisher's method, or the largest one (Bonferroni over the signals)."""
+
 LOG_FLOOR = {"distance": 1e-6, "novelty": 1e-2}
 """Signals judged in log space (≥ 0 and heavy-tailed), and what is added before the log so that 0 stays finite;
 ``deviation`` (already in robust units) is judged as it is."""
@@ -73,6 +79,8 @@ class DetectorConfig:
 
     Attributes:
         signals: which of ``SIGNALS`` are judged.
+        combine: how a lane's signal surprises become its score: ``fisher`` (Fisher's method over the signals with
+            a value) or ``max`` (the largest, corrected for the number of signals).
         memory: representations remembered per lane for ``novelty``.
         stride: readings between two remembered representations (memory spans ``memory * stride`` readings).
         exclusion: the most recent readings whose representations are never compared with (overlapping windows
@@ -102,6 +110,7 @@ class DetectorConfig:
     """
 
     signals: tuple[str, ...] = SIGNALS
+    combine: str = "fisher"
     memory: int = 128
     stride: int = 4
     exclusion: int = 32
@@ -125,6 +134,8 @@ class DetectorConfig:
         unknown = [s for s in signals if s not in SIGNALS]
         if not signals or unknown:
             raise ValueError(f"detector signals must be a non-empty subset of {SIGNALS}, got {list(signals)}")
+        if self.combine not in COMBINATIONS:
+            raise ValueError(f"detector combine must be one of {list(COMBINATIONS)}, got {self.combine!r}")
         for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup", "debounce", "min_warmup"):
             if getattr(self, name) < 1:
                 raise ValueError(f"detector {name} must be >= 1, got {getattr(self, name)}")
@@ -166,6 +177,8 @@ class DetectorConfig:
                 raise ValueError(f"detector override {item!r} must be key=value with a key among {sorted(types)}")
             if key == "signals":
                 changes[key] = tuple(v for v in value.split("+") if v)
+            elif key == "combine":
+                changes[key] = value
             else:
                 changes[key] = float(value) if key in ("threshold", "record_decay", "record_cap") else int(value)
         return replace(self, **changes)
@@ -209,6 +222,25 @@ def upper_tail_surprise(z: np.ndarray) -> np.ndarray:
 
 
 _erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def combine_surprise(surprise: np.ndarray) -> np.ndarray:
+    """Fisher's method over each row's signal surprises ``[m, K]`` (NaN = no value): ``[m]``, NaN when none.
+
+    With ``k`` values, ``X = −2 Σ ln p`` follows χ² with ``2k`` degrees of freedom under the null, whose tail is
+    ``e^{−X/2} Σ_{i<k} (X/2)^i / i!``; the result is ``−log10`` of that tail (one value gives itself back).
+    """
+    s = np.asarray(surprise, dtype=np.float64)
+    seen = np.isfinite(s) | np.isposinf(s)
+    k = seen.sum(axis=1)
+    half = np.where(seen, s, 0.0).sum(axis=1) * math.log(10.0)  # X / 2
+    total, term = np.zeros(len(s)), np.ones(len(s))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for i in range(s.shape[1]):
+            total += np.where(i < k, term, 0.0)
+            term = term * half / (i + 1)
+        out = (half - np.log(total)) / math.log(10.0)
+    return np.where(k > 0, np.where(np.isposinf(half), np.inf, out), np.nan)
 
 
 def _surprise(x: np.ndarray) -> np.ndarray:
@@ -431,7 +463,7 @@ class DetectorStep:
     alert: np.ndarray  # [n] bool
     warming: np.ndarray  # [n] bool
     lane: np.ndarray  # [n] the lane row (channel) with the largest surprise, -1 when none
-    lane_score: np.ndarray  # [m] each lane's own best surprise (NaN = none), before the correction
+    lane_score: np.ndarray  # [m] each lane's own surprise (signals combined; NaN = none), before the correction
     signals: np.ndarray  # [m, K] each lane's log-signals (NaN = none)
 
 
@@ -508,10 +540,14 @@ class Detector:
                 columns.append(np.where(valid, dev, np.nan))
         signals = transform_signals(np.stack(columns, axis=1), self.config.signals)  # [m, K]
         surprise = self.stats.surprise(lanes, signals)
-        lane_score = np.where(np.isfinite(surprise).any(axis=1), np.nanmax(np.where(np.isnan(surprise), -np.inf,
-                                                                                    surprise), axis=1), np.nan)
-        # Per stream: the best lane, corrected for the number of tests made (lanes with a value × signals).
-        tests = np.bincount(lane_of, weights=valid.astype(np.float64), minlength=n) * len(columns)
+        if self.config.combine == "fisher":
+            lane_score, per_lane = combine_surprise(surprise), 1
+        else:
+            lane_score = np.where(np.isfinite(surprise).any(axis=1), np.nanmax(np.where(np.isnan(surprise), -np.inf,
+                                                                                        surprise), axis=1), np.nan)
+            per_lane = len(columns)
+        # Per stream: the best lane, corrected for the number of tests made (lanes with a value, × signals for max).
+        tests = np.bincount(lane_of, weights=valid.astype(np.float64), minlength=n) * per_lane
         best = np.full(n, -np.inf)
         np.maximum.at(best, lane_of, np.where(np.isfinite(lane_score), lane_score, -np.inf))
         has = np.isfinite(best)

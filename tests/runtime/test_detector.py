@@ -13,6 +13,7 @@ from trep_edge.runtime.detector import (
     DetectorConfig,
     RepresentationMemory,
     SignalStats,
+    combine_surprise,
     upper_tail_surprise,
 )
 from trep_edge.runtime.monitor import Monitor
@@ -207,8 +208,8 @@ def test_score_is_the_best_lane_surprise_less_log10_of_lanes_times_signals_and_n
     assert step.score[0] == pytest.approx(np.nanmax(step.lane_score) - math.log10(2)) and step.lane[0] == 2
 
 
-def test_both_signals_count_as_tests_and_streams_are_scored_separately():
-    config = DetectorConfig(signals=("distance", "novelty"), memory=8, stride=1, exclusion=1, short=1, min_count=1,
+def test_with_max_both_signals_count_as_tests_and_streams_are_scored_separately():
+    config = DetectorConfig(signals=("distance", "novelty"), combine="max", memory=8, stride=1, exclusion=1, short=1, min_count=1,
                             prior_weight=0)  # fmt: skip
     detector = Detector(config, dims=2)
     detector.add(streams=2, lanes=3)  # stream 0: lanes 0 and 1; stream 1: lane 2
@@ -220,6 +221,36 @@ def test_both_signals_count_as_tests_and_streams_are_scored_separately():
     best = [np.nanmax(step.lane_score[:2]), step.lane_score[2]]
     np.testing.assert_allclose(step.score, [best[0] - math.log10(2 * 2), best[1] - math.log10(1 * 2)])
     assert step.lane.tolist() == [int(np.argmax(step.lane_score[:2])), 2]
+
+
+def test_fisher_combination_of_known_tail_probabilities():
+    # p = 0.01 twice: X = -2 ln 1e-4 = 18.42 under chi2(4), tail e^-9.21 (1 + 9.21) = 1.021e-3.
+    two = combine_surprise(np.array([[2.0, 2.0, np.nan]]))[0]
+    assert two == pytest.approx(-math.log10(1e-4 * (1 + math.log(1e4))), rel=1e-9)
+    out = combine_surprise(np.array([[3.0, np.nan, np.nan], [np.nan] * 3, [np.inf, 1.0, 1.0], [6.0, 0.1, 0.1]]))
+    assert out[0] == pytest.approx(3.0) and math.isnan(out[1]) and out[2] == math.inf
+    assert out[3] < 6.0  # one unusual signal among ordinary ones is weaker evidence than that signal alone
+    agreeing = combine_surprise(np.array([[4.0, 4.0, 4.0]]))[0]
+    assert agreeing > 9.0  # three signals at p = 1e-4 each: stronger than any one of them
+
+
+def test_with_fisher_each_lane_is_one_test_of_its_combined_signals():
+    config = DetectorConfig(signals=("distance", "novelty"), memory=8, stride=1, exclusion=1, short=1, min_count=1,
+                            prior_weight=0)  # fmt: skip
+    assert config.combine == "fisher"
+    detector = Detector(config, dims=2)
+    detector.add(streams=1, lanes=2)
+    rng = np.random.default_rng(2)
+    for _ in range(30):
+        step = detector.step(rows(0), rows(0, 1), rows(0, 0), rng.uniform(1, 2, 2), rng.normal(size=(2, 2)))
+    assert np.isfinite(step.lane_score).all()
+    assert step.score[0] == pytest.approx(step.lane_score.max() - math.log10(2))
+
+
+def test_combine_is_validated_and_overridable():
+    with pytest.raises(ValueError, match="combine"):
+        DetectorConfig(combine="mean")
+    assert DetectorConfig().with_overrides("combine=max").combine == "max"
 
 
 def _run_detector(detector, distances, z):
