@@ -20,8 +20,9 @@ daemon's job.
 
 ``Lifecycle`` names what the daemon publishes in Grafana's vocabulary (docs/alerts.md): an episode's messages are
 ``firing`` (raised, updated) and ``resolved`` (cleared); a stream is ``ok`` once it is scored, ``pending`` while the
-detector's gate counts a run of hot readings that has not alerted yet, ``no_data`` when it fell silent. It decides
-nothing: episodes come from the tracker, hot runs from the gate, silence from the monitor's arrival times.
+detector's gate counts a run of hot readings that has not alerted yet, ``no_data`` when it fell silent or its source
+said it is gone (a Sparkplug death). It decides nothing: episodes come from the tracker, hot runs from the gate,
+silence from the monitor's arrival times, deaths from the Sparkplug decoder.
 """
 from __future__ import annotations
 
@@ -167,9 +168,10 @@ class StreamStatus:
 
     ``status`` is ``ok``, ``pending`` or ``no_data``; ``reason`` says which transition: ``first_score`` (the
     stream's first scored reading: the retained state topic only, so a dashboard lists it), ``pending``,
-    ``pending_ended`` (the hot run passed without an alert), ``silent`` or ``recovered`` (its next accepted reading
-    after ``no_data``). ``retain`` is the message to retain on the state topic instead of this one: the open
-    episode's last message on a recovery, so the retained state shows the episode again (None: retain this one).
+    ``pending_ended`` (the hot run passed without an alert), ``silent``, ``death`` (a Sparkplug NDEATH/DDEATH) or
+    ``recovered`` (its next accepted reading after ``no_data``). ``retain`` is the message to retain on the state
+    topic instead of this one: the open episode's last message on a recovery, so the retained state shows the
+    episode again (None: retain this one).
     """
 
     stream: str
@@ -243,6 +245,13 @@ class Lifecycle:
 
     def silent(self, streams: Iterable[str], now: float, after: float) -> list[StreamStatus]:
         """``no_data`` for each of ``streams`` (silent for ``after`` seconds) not yet reported, once per silence."""
+        return self.offline(streams, now, "silent", {"silent_for": after})
+
+    def offline(
+        self, streams: Iterable[str], now: float, reason: str, details: Mapping[str, Any]
+    ) -> list[StreamStatus]:
+        """``no_data`` for each of ``streams`` not yet reported, once until its recovery: silent, or ``death`` (its
+        source said it is gone: a Sparkplug NDEATH/DDEATH); ``details`` go into each message."""
         out = []
         for stream in streams:
             if stream in self.stale:
@@ -250,8 +259,7 @@ class Lifecycle:
             self.stale[stream] = now
             self.pending.discard(stream)
             self.known.add(stream)
-            out.append(StreamStatus(stream, "no_data", "silent", now, self._open_id(stream),
-                                    details={"silent_for": after}))  # fmt: skip
+            out.append(StreamStatus(stream, "no_data", reason, now, self._open_id(stream), details=dict(details)))
         return out
 
     def accepted(self, stream: str, timestamp: float) -> StreamStatus | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -200,6 +201,10 @@ class InputConfig:
                        "protocol, e.g. Telegraf's MQTT output) or sparkplug (Sparkplug B protobuf on spBv1.0/# "
                        "topics; needs the [sparkplug] extra)", "json")  # fmt: skip
     influx_precision: str = _doc("unit of line-protocol timestamps: ns, us, ms or s", "ns")
+    sparkplug_rebirth_interval: float = _doc("Sparkplug B: ask an edge node to send its BIRTHs again (NCMD Node "
+                                             "Control/Rebirth) when its data cannot be read (a BIRTH or alias not "
+                                             "seen, a seq gap), at most once per this many seconds per node; 0 = "
+                                             "never (listen only)", 30.0)  # fmt: skip
     log_interval: float = _doc("seconds between log lines about one kind of bad input", 10.0)
     dead_letter_interval: float = _doc("seconds between dead-letter samples of one kind of bad input", 1.0)
 
@@ -212,6 +217,9 @@ class InputConfig:
             from .sparkplug import require_protobuf
 
             require_protobuf()  # without the [sparkplug] extra: ModuleNotFoundError, one line naming it (cli)
+        if not 0 <= self.sparkplug_rebirth_interval < math.inf:
+            raise ConfigError(f"input.sparkplug_rebirth_interval must be >= 0 seconds (0 = never ask for a rebirth), "
+                              f"got {self.sparkplug_rebirth_interval}")  # fmt: skip
         if self.influx_precision not in INFLUX_PRECISIONS:
             raise ConfigError(f"input.influx_precision must be one of {list(INFLUX_PRECISIONS)}, "
                               f"got {self.influx_precision!r}")

@@ -14,7 +14,8 @@ One thread does all the scoring work, in a plain loop:
    daemon resumes with warm streams; with it the lifecycle (streams reported ``no_data``, pending runs, open
    episodes' last messages), so a restart repeats none of them;
 5. with ``[monitor] stale_after``, at most every min(1 s, stale_after / 4) report the streams silent that long as
-   ``no_data`` (once), and a reported stream's next accepted reading as ``ok``;
+   ``no_data`` (once), and a reported stream's next accepted reading as ``ok``; a Sparkplug B NDEATH or DDEATH
+   reports its node's or device's streams at once (``sparkplug``: also its rebirth requests);
 6. on SIGHUP, or when the model file changes, load the new config and model aside and swap them in only if
    both are good; a bad model is refused, logged and reported on the status topic while the old one keeps
    running.
@@ -51,7 +52,7 @@ from .mqtt_io import MqttLink, Telemetry, TelemetryQueue
 from .payloads import MALFORMED_KINDS, parse_payload_lenient
 from .reshard import select_streams, stream_names
 from .sharding import Shard
-from .sparkplug import SparkplugDecoder
+from .sparkplug import SparkplugDecoder, declare_sparkplug_metrics
 from .windows import WINDOW_REJECTIONS
 
 log = logging.getLogger(__name__)
@@ -214,6 +215,7 @@ class Daemon:
         self.metrics.declare("trep_edge_shard_info", "gauge", "this daemon's shard i/N ([monitor] shard)")
         self.metrics.set("trep_edge_shard_info", 1.0, shard=str(self.shard.index), shards=str(self.shard.count))
         declare_archive_metrics(self.metrics)
+        declare_sparkplug_metrics(self.metrics)
         # Every kind exported at 0 from the start: an alert rule on rate() sees the first bad message.
         self.metrics.zero("trep_edge_malformed_total", "kind", (*MALFORMED_KINDS, TOPIC_KIND, INTERNAL_KIND))
         self.metrics.zero("trep_edge_rejected_total", "kind",
@@ -516,6 +518,8 @@ class Daemon:
             readings, errors = owned, errors if self.shard.index == 0 else []
         for error in errors:
             self._reject(error.kind, str(error), item)
+        if cfg.format == "sparkplug":
+            self._sparkplug_session()
         for reading in readings:
             kind = self.monitor.ingest(reading, now)
             if kind is not None:
@@ -530,6 +534,27 @@ class Daemon:
             if self.archive is not None:
                 self.archive.record(reading.stream, reading.timestamp, reading.values)
             self._arrivals.setdefault((reading.stream, reading.timestamp), item.received)
+
+    def _sparkplug_session(self) -> None:
+        """Act on what the last Sparkplug message said of its edge node: a death reports the node's (and its
+        devices') or the device's streams ``no_data``; a gap or an unreadable message asks the node to rebirth. Every
+        shard reads every node: the shard owning the node's stream id counts its gaps and asks."""
+        events = self._sparkplug.take(time.monotonic(), self.config.input.sparkplug_rebirth_interval)
+        gaps = sum(1 for node in events.seq_gaps if self.shard.owns(node))
+        if gaps:
+            self.metrics.inc("trep_edge_sparkplug_seq_gaps_total", gaps)
+        for rebirth in events.rebirths:
+            if self.shard.owns(rebirth.node):
+                self.link.publish(rebirth.topic, rebirth.payload, qos=0)  # the spec's QoS for NCMD
+                self.metrics.inc("trep_edge_sparkplug_rebirth_requests_total", reason=rebirth.reason)
+                log.info("asked Sparkplug edge node %s to rebirth (%s)", rebirth.node, rebirth.reason)
+        for death in events.deaths:
+            dead = [stream for stream in self.monitor.streams if death.covers(stream)]
+            changes = self.lifecycle.offline(dead, time.time(), "death", {"sparkplug": death.message_type})
+            for change in changes:
+                self._publish_status(change)
+            self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
+            log.info("Sparkplug %s of %s: %d stream(s) newly no_data", death.message_type, death.stream, len(changes))
 
     def _reject(self, kind: str, message: str, item: Telemetry) -> None:
         """Count, log at a rate limit and dead-letter a sample; never raises."""
@@ -683,7 +708,8 @@ class Daemon:
     def _counters(self) -> dict[str, Any]:
         """The counters an integrator limited to MQTT sees on the status topic (the same as /metrics)."""
         names = ("messages", "readings", "scored", "dropped", "malformed", "rejected", "alerts", "publish_refused",
-                 "tick_errors", "checkpoints", "model_reloads")  # fmt: skip
+                 "tick_errors", "checkpoints", "model_reloads", "sparkplug_rebirth_requests",
+                 "sparkplug_seq_gaps")  # fmt: skip
         counts: dict[str, Any] = {n: self.metrics.counts(f"trep_edge_{n}_total") for n in names}
         counts["queue_depth"] = len(self.queue)
         counts["tick_backlog"] = self._backlog

@@ -1,4 +1,4 @@
-"""Sparkplug B input (``[input] format = "sparkplug"``): topics, the payload schema, and BIRTH alias tables.
+"""Sparkplug B input (``[input] format = "sparkplug"``): topics, the payload schema, BIRTH alias tables, sessions.
 
 Sparkplug B (Eclipse Tahu, https://sparkplug.eclipse.org) is what many plant MQTT feeds speak: topics
 ``spBv1.0/<group_id>/<message_type>/<edge_node_id>[/<device_id>]`` and protobuf payloads
@@ -14,22 +14,43 @@ makes readings of them (renames, the unknown-channel policy, timestamps, stream-
   each replaces the previous table of its node or device. Two metrics with one alias are ``duplicate_key`` and drop
   the table.
 - **NDATA / DDATA** give readings: a metric names its channel by ``name``, or by ``alias`` resolved from the last
-  BIRTH of the same node or device; an alias without one is ``unknown_alias`` (the daemon never asks a node to
-  rebirth: it only listens). Numeric metrics (Int8..UInt64, Float, Double, Boolean as 0/1) are values, ``is_null``
-  ones missing (NaN); String, Text, UUID, DateTime, Bytes, File, DataSet and Template metrics are skipped, neither
-  values nor errors (a model scores numbers; a device's status text is not a fault). Signed integers are read as
-  the two's complement Sparkplug sends (``int_value`` is a uint32, ``long_value`` a uint64). Time: the metric's
-  ``timestamp``, else the payload's, else the receive time (milliseconds since the epoch); metrics with different
-  times become separate readings. ``is_historical`` metrics (store-and-forward backfill) are read like the others:
-  the window policy refuses those older than the stream's scored steps as ``late``.
-- **NDEATH, DDEATH, NCMD, DCMD** and **STATE** (``spBv1.0/STATE/<host_id>``) give nothing and are not errors: no
-  readings, no counters besides ``trep_edge_messages_total``. A dead node's tables stay until its next BIRTH
-  replaces them.
+  BIRTH of the same node or device; an alias without one is ``unknown_alias``. Numeric metrics (Int8..UInt64,
+  Float, Double, Boolean as 0/1) are values, ``is_null`` ones missing (NaN); String, Text, UUID, DateTime, Bytes,
+  File, DataSet and Template metrics are skipped, neither values nor errors (a model scores numbers; a device's
+  status text is not a fault). Signed integers are read as the two's complement Sparkplug sends (``int_value`` is a
+  uint32, ``long_value`` a uint64). Time: the metric's ``timestamp``, else the payload's, else the receive time
+  (milliseconds since the epoch); metrics with different times become separate readings. ``is_historical`` metrics
+  (store-and-forward backfill) are read like the others: the window policy refuses those older than the stream's
+  scored steps as ``late``.
+- **NCMD, DCMD** and **STATE** (``spBv1.0/STATE/<host_id>``) give nothing and are not errors: no readings, no
+  counters besides ``trep_edge_messages_total``.
 - A payload that is not a Sparkplug protobuf is ``bad_protobuf``; a topic under ``spBv1.0`` that is not of the form
   above (or of another namespace) is ``bad_topic``.
 
+**Sessions** (what a Sparkplug host application does with the other messages; ``take`` hands the daemon what they
+asked for, message by message):
+
+- **Rebirth requests.** A message the daemon cannot fully read asks its edge node to send its BIRTHs again: an NCMD
+  on ``spBv1.0/<group>/NCMD/<node>`` with the Boolean metric ``Node Control/Rebirth`` = true (payload timestamp, no
+  ``seq``, QoS 0, as the spec has it), for reason ``no_birth`` (a message of a node or device whose BIRTH the
+  daemon has not seen: it started after it, the node died since, or the table was forgotten), ``unknown_alias`` (an
+  alias its last BIRTH did not define) or ``seq_gap``. At most one per node per ``[input]
+  sparkplug_rebirth_interval`` seconds (0: never; a flood of bad data is not a flood of commands); the message
+  itself is read as before (its unknown aliases rejected, never guessed).
+- **Sequence numbers.** ``seq`` (0..255, wrapping) runs over one node's NBIRTH, DBIRTH, NDATA, DDATA and DDEATH; a
+  message whose ``seq`` is not the last one + 1 is a gap: counted and a rebirth requested, its readings kept. There
+  is no reorder timeout (the spec allows none where the broker delivers one client's messages in order across
+  topics, as a single Mosquitto does): a reordering counts as a gap.
+- **Deaths.** An NDEATH takes its node and all the node's devices offline, a DDEATH its device: ``take`` reports a
+  ``Death`` (the daemon reports the streams ``no_data``) and their alias tables are dropped, so aliases are read
+  again only after the next BIRTH (named metrics still are: a name says which channel it is). An NDEATH whose
+  ``bdSeq`` differs from the one of the node's last NBIRTH is the Will of an earlier connection, delivered after
+  the node came back: ignored, as the spec says. A death's payload is read for ``bdSeq`` and ``seq`` only; one that
+  does not parse is still a death.
+
 State is bounded: at most ``max_tables`` BIRTH tables and ``max_entries`` metrics in all of them; beyond either the
-least recently used tables are forgotten (their DATA is ``unknown_alias`` until the next BIRTH). Report by
+least recently used tables are forgotten (their DATA is ``unknown_alias`` until the next BIRTH); as many node
+sessions, the least recently heard forgotten first (such a node's next message asks for a rebirth). Report by
 exception is not filled in: a DATA message's absent metrics are absent from its reading, as for JSON.
 
 protobuf is an optional extra (``pip install 'trep-edge[sparkplug]'``): importing this module never needs it, the
@@ -38,11 +59,16 @@ first decode (and ``require_protobuf``, which the config calls for this format) 
 from __future__ import annotations
 
 import functools
+import math
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .payloads import PayloadError
+
+if TYPE_CHECKING:
+    from .http_status import Metrics
 
 NAMESPACE = "spBv1.0"
 PROTOBUF = "google.protobuf"
@@ -51,6 +77,11 @@ NODE_TYPES = frozenset({"NBIRTH", "NDEATH", "NDATA", "NCMD"})
 DEVICE_TYPES = frozenset({"DBIRTH", "DDEATH", "DDATA", "DCMD"})
 BIRTH_TYPES = frozenset({"NBIRTH", "DBIRTH"})
 DATA_TYPES = frozenset({"NDATA", "DDATA"})
+SEQ_MODULUS = 256
+BD_SEQ = "bdSeq"
+REBIRTH_METRIC = "Node Control/Rebirth"
+REBIRTH_REASONS = ("no_birth", "unknown_alias", "seq_gap")
+BOOLEAN = 11
 MAX_TABLES = 10_000
 MAX_ENTRIES = 250_000
 """Metrics held in all BIRTH tables together: some tens of MB at most."""
@@ -75,8 +106,12 @@ class SparkplugTopic:
     @property
     def stream(self) -> str:
         """The stream id: ``group/node/device``, or ``group/node`` for node messages."""
-        parts = [self.group, self.node] + ([self.device] if self.device is not None else [])
-        return "/".join(parts)
+        return self.node_stream if self.device is None else f"{self.node_stream}/{self.device}"
+
+    @property
+    def node_stream(self) -> str:
+        """The edge node's stream id, ``group/node``: also the key of its session."""
+        return f"{self.group}/{self.node}"
 
 
 @dataclass(frozen=True)
@@ -96,6 +131,50 @@ class Decoded:
 
     stream: str | None
     samples: tuple[Sample, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rebirth:
+    """A rebirth request due to an edge node: publish ``payload`` on ``topic`` (QoS 0, not retained)."""
+
+    node: str  # the node's stream id, group/node
+    reason: str  # one of REBIRTH_REASONS
+    topic: str
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class Death:
+    """An NDEATH or DDEATH: the node's (and its devices') or the device's streams are offline."""
+
+    stream: str
+    message_type: str
+
+    def covers(self, stream: str) -> bool:
+        """Whether ``stream`` went offline with it: the node's streams include its devices'."""
+        return stream == self.stream or (self.message_type == "NDEATH" and stream.startswith(self.stream + "/"))
+
+
+@dataclass(frozen=True)
+class SessionEvents:
+    """What the messages decoded since the last ``take`` said of their nodes' sessions."""
+
+    rebirths: tuple[Rebirth, ...] = ()
+    deaths: tuple[Death, ...] = ()
+    seq_gaps: tuple[str, ...] = ()  # the node of each gap
+
+
+NO_EVENTS = SessionEvents()
+
+
+@dataclass
+class _Node:
+    """One edge node's session as the messages showed it."""
+
+    born: bool = False  # an NBIRTH seen since the daemon started or since the node's last NDEATH
+    bd_seq: int | None = None  # its NBIRTH's bdSeq (None: it had none)
+    seq: int | None = None  # the last seq it sent
+    asked: float = -math.inf  # when a rebirth was last requested, on take's clock
 
 
 @dataclass
@@ -210,9 +289,34 @@ def _number(metric: Any, kind: str, datatype: int) -> float | int:
     return value
 
 
+def rebirth_payload(timestamp_ms: int) -> bytes:
+    """An NCMD payload asking for a rebirth: ``Node Control/Rebirth`` = true (Boolean), stamped, without ``seq``."""
+    payload = payload_class()(timestamp=timestamp_ms)
+    payload.metrics.add(name=REBIRTH_METRIC, datatype=BOOLEAN, boolean_value=True, timestamp=timestamp_ms)
+    return payload.SerializeToString()
+
+
+def declare_sparkplug_metrics(metrics: Metrics) -> None:
+    """Register the session counters on the daemon's registry (at 0, so an alert on rate() sees the first)."""
+    metrics.declare("trep_edge_sparkplug_rebirth_requests_total", "counter",
+                    "Sparkplug NCMD rebirth requests sent to edge nodes, by reason")  # fmt: skip
+    metrics.zero("trep_edge_sparkplug_rebirth_requests_total", "reason", REBIRTH_REASONS)
+    metrics.declare("trep_edge_sparkplug_seq_gaps_total", "counter",
+                    "Sparkplug messages whose seq was not their edge node's last one + 1")  # fmt: skip
+
+
+def _bd_seq(payload: Any) -> int | None:
+    """The payload's ``bdSeq`` metric (NBIRTH, NDEATH), None without one."""
+    for metric in payload.metrics:
+        if metric.HasField("name") and metric.name == BD_SEQ and metric.WhichOneof("value") in NUMERIC_FIELDS:
+            return int(getattr(metric, metric.WhichOneof("value")))
+    return None
+
+
 class SparkplugDecoder:
-    """Decodes Sparkplug B messages, remembering each node's and device's last BIRTH (bounded, least recently
-    used forgotten first). One per daemon: aliases of a BIRTH resolve the DATA messages after it."""
+    """Decodes Sparkplug B messages, remembering each node's and device's last BIRTH and each node's session (bounded,
+    least recently used forgotten first). One per daemon: aliases of a BIRTH resolve the DATA messages after it, and
+    ``take`` after each message hands over the deaths, gaps and rebirth requests it brought."""
 
     def __init__(self, max_tables: int = MAX_TABLES, max_entries: int = MAX_ENTRIES) -> None:
         if max_tables < 1 or max_entries < 1:
@@ -221,6 +325,10 @@ class SparkplugDecoder:
         self.max_entries = max_entries
         self._tables: OrderedDict[str, _Table] = OrderedDict()
         self._entries = 0
+        self._nodes: OrderedDict[str, _Node] = OrderedDict()
+        self._wanted: dict[str, str] = {}  # node → why it should rebirth, until the next take
+        self._deaths: list[Death] = []
+        self._gaps: list[str] = []
 
     def __len__(self) -> int:
         return len(self._tables)
@@ -232,15 +340,93 @@ class SparkplugDecoder:
 
     def decode(self, topic: str, data: bytes) -> Decoded:
         """One message: samples of a DATA message, nothing for the others; raise ``PayloadError`` for a bad topic,
-        a payload that is not a Sparkplug protobuf, or a BIRTH with one alias twice."""
+        a payload that is not a Sparkplug protobuf, or a BIRTH with one alias twice. What it says of its node's
+        session (a death, a gap, a rebirth to ask for) waits for ``take``."""
         parsed = parse_topic(topic)
-        if parsed is None or parsed.message_type not in BIRTH_TYPES | DATA_TYPES:
+        if parsed is None or parsed.message_type in ("NCMD", "DCMD"):
+            return Decoded(None)
+        if parsed.message_type in ("NDEATH", "DDEATH"):
+            self._death(parsed, self._parse_death(data))
             return Decoded(None)
         payload = self._parse(data)
+        self._session(parsed, payload)
         if parsed.message_type in BIRTH_TYPES:
             self._birth(parsed.stream, payload)
             return Decoded(None)
-        return Decoded(parsed.stream, tuple(self._data(parsed.stream, payload)))
+        return Decoded(parsed.stream, tuple(self._data(parsed, payload)))
+
+    def take(self, now: float, interval: float) -> SessionEvents:
+        """The session events of the messages decoded since the last call, with the rebirth requests due: at most
+        one per node per ``interval`` seconds of ``now``'s clock (a monotonic one), none when ``interval`` is 0."""
+        if not (self._wanted or self._deaths or self._gaps):
+            return NO_EVENTS
+        rebirths = []
+        for key, reason in self._wanted.items():
+            node = self._nodes.get(key)
+            if interval > 0 and node is not None and now - node.asked >= interval:
+                node.asked = now
+                group, name = key.split("/", 1)  # topic levels: neither holds a "/"
+                rebirths.append(Rebirth(key, reason, f"{NAMESPACE}/{group}/NCMD/{name}",
+                                        rebirth_payload(int(time.time() * 1000))))  # fmt: skip
+        events = SessionEvents(tuple(rebirths), tuple(self._deaths), tuple(self._gaps))
+        self._wanted.clear()
+        self._deaths.clear()
+        self._gaps.clear()
+        return events
+
+    def _node(self, parsed: SparkplugTopic) -> tuple[str, _Node]:
+        key = parsed.node_stream
+        node = self._nodes.get(key)
+        if node is None:
+            node = self._nodes[key] = _Node()
+            if len(self._nodes) > self.max_tables:
+                self._nodes.popitem(last=False)
+        else:
+            self._nodes.move_to_end(key)
+        return key, node
+
+    def _want(self, node: str, reason: str) -> None:
+        self._wanted.setdefault(node, reason)
+
+    def _session(self, parsed: SparkplugTopic, payload: Any) -> None:
+        """Follow the node's ``seq`` and BIRTHs: a gap or a message of an unborn node wants a rebirth."""
+        key, node = self._node(parsed)
+        seq = payload.seq % SEQ_MODULUS if payload.HasField("seq") else None
+        if parsed.message_type == "NBIRTH":
+            node.born, node.bd_seq, node.seq = True, _bd_seq(payload), seq
+            return
+        if not node.born:
+            self._want(key, "no_birth")
+        elif seq is not None and node.seq is not None and seq != (node.seq + 1) % SEQ_MODULUS:
+            self._gaps.append(key)
+            self._want(key, "seq_gap")
+        if seq is not None:
+            node.seq = seq
+
+    def _parse_death(self, data: bytes) -> Any:
+        """A death's payload, None when it does not parse: the topic alone says who died."""
+        try:
+            return self._parse(data)
+        except PayloadError:
+            return None
+
+    def _death(self, parsed: SparkplugTopic, payload: Any) -> None:
+        """Drop the dead node's (and its devices') or device's tables and report it, unless it is a late Will."""
+        if parsed.message_type == "DDEATH":
+            if payload is not None:
+                self._session(parsed, payload)
+            self._forget(parsed.stream)
+            self._deaths.append(Death(parsed.stream, "DDEATH"))
+            return
+        key, node = self._node(parsed)
+        bd_seq = _bd_seq(payload) if payload is not None else None
+        if node.born and None not in (bd_seq, node.bd_seq) and bd_seq != node.bd_seq:
+            return  # the Will of an earlier connection, delivered after the node's new NBIRTH
+        node.born, node.seq = False, None
+        death = Death(key, "NDEATH")
+        for stream in [s for s in self._tables if death.covers(s)]:
+            self._forget(stream)
+        self._deaths.append(death)
 
     @staticmethod
     def _parse(data: bytes) -> Any:
@@ -279,10 +465,13 @@ class SparkplugDecoder:
         if old is not None:
             self._entries -= len(old)
 
-    def _data(self, stream: str, payload: Any) -> list[Sample]:
+    def _data(self, parsed: SparkplugTopic, payload: Any) -> list[Sample]:
+        stream = parsed.stream
         table = self._tables.get(stream)
         if table is not None:
             self._tables.move_to_end(stream)
+        else:  # a device's DBIRTH (or the node's NBIRTH) not seen: its aliases are unknown until a rebirth
+            self._want(parsed.node_stream, "no_birth")
         default_ms = payload.timestamp if payload.HasField("timestamp") else None
         samples = []
         for i, metric in enumerate(payload.metrics):
@@ -297,6 +486,7 @@ class SparkplugDecoder:
                     error = PayloadError("unknown_alias", f"metric alias {metric.alias} of {stream!r}: {why} (a "
                                                           "BIRTH defines aliases; DATA before it cannot be read)")
                     samples.append(Sample(i, "", None, ms, error))
+                    self._want(parsed.node_stream, "unknown_alias")
                     continue
                 name, datatype = entry[0], metric.datatype or entry[1]
             else:

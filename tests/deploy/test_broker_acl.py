@@ -1,7 +1,7 @@
 """The production broker config (deploy/mosquitto/mosquitto.conf and acl, only paths and port substituted) on a real
 Mosquitto with TLS: clients without valid credentials are refused, a bed publisher cannot write another bed's topic
-(MQTT 5 QoS 1: PUBACK reason 135 and nothing delivered), the monitor reads telemetry and writes only its outputs,
-and a daemon logged in as the monitor user scores a bed's reading through it."""
+(MQTT 5 QoS 1: PUBACK reason 135 and nothing delivered), the monitor reads telemetry and writes only its outputs
+(and Sparkplug rebirth requests), and a daemon logged in as the monitor user scores a bed's reading through it."""
 from __future__ import annotations
 
 import getpass
@@ -149,6 +149,12 @@ def test_the_monitor_reads_telemetry_and_writes_only_its_outputs(login):
     assert dashboard.publish("trep-edge/alerts/bed01", "not the dashboard's to write") == NOT_AUTHORIZED
     assert monitor.publish("trep-edge/alerts/bed01", "alert") == 0
     assert dashboard.settled_messages() == [("trep-edge/alerts/bed01", b"alert")]
+    # Sparkplug B: the monitor reads spBv1.0/# and writes a rebirth request to an edge node, nothing else there.
+    sparkplug = login("trep-edge", subscribe="spBv1.0/#")
+    for topic in ("spBv1.0/plant/DCMD/edge1/press3", "spBv1.0/plant/NDATA/edge1", "spBv1.0/STATE/scada"):
+        assert monitor.publish(topic, "not the monitor's to write") == NOT_AUTHORIZED, topic
+    assert monitor.publish("spBv1.0/plant/NCMD/edge1", "rebirth") == 0
+    assert sparkplug.settled_messages() == [("spBv1.0/plant/NCMD/edge1", b"rebirth")]
 
 
 def test_a_daemon_logged_in_as_the_monitor_scores_a_beds_reading(acl_broker, login, tmp_path, univariate_model):

@@ -1,9 +1,11 @@
 """Sparkplug B input (runtime/sparkplug.py through runtime/payloads.py): real protobuf payloads built with the
 module's own schema, plus one encoded by hand from the published field numbers so the schema is checked against
-the spec rather than against itself."""
+the spec rather than against itself; the edge nodes' sessions (rebirth requests, seq gaps, deaths) in the decoder
+and in a daemon on a real Mosquitto."""
 from __future__ import annotations
 
 import math
+import time
 import random
 import struct
 import subprocess
@@ -11,21 +13,29 @@ import sys
 from pathlib import Path
 
 import pytest
+from broker import broker, collectors, daemons, publish  # noqa: F401 - fixtures
+from test_daemon_any_sensor import MODEL, _ready
 
 from trep_edge.extras import missing_extra_hint
 from trep_edge.runtime.payloads import MALFORMED_KINDS, PayloadError, parse_payload_lenient
-from trep_edge.runtime.sparkplug import SparkplugDecoder, parse_topic, payload_class
+from trep_edge.runtime.config import ConfigError, InputConfig
+from trep_edge.runtime.sparkplug import REBIRTH_METRIC, Death, SparkplugDecoder, parse_topic, payload_class
 
 NOW = 1_732_200_000.0
 MS = int(NOW * 1000)
 CHANNELS = ["HR", "SpO2", "RESP"]
-DOUBLE, BOOLEAN, STRING, INT8, INT32, INT64, UINT32 = 10, 11, 12, 1, 3, 4, 7
+DOUBLE, BOOLEAN, STRING, INT8, INT32, INT64, UINT32, UINT64 = 10, 11, 12, 1, 3, 4, 7, 8
 BIRTH = "spBv1.0/icu/DBIRTH/gw1/bed12"
 DATA = "spBv1.0/icu/DDATA/gw1/bed12"
+NBIRTH, NDATA, NDEATH, DDEATH = (f"spBv1.0/icu/{kind}/gw1" for kind in ("NBIRTH", "NDATA", "NDEATH", "DDEATH"))
+DDEATH += "/bed12"
+NCMD = "spBv1.0/icu/NCMD/gw1"
 
 
-def message(*metrics: dict, timestamp: int | None = MS, seq: int = 0) -> bytes:
-    payload = payload_class()(seq=seq)
+def message(*metrics: dict, timestamp: int | None = MS, seq: int | None = 0) -> bytes:
+    payload = payload_class()()
+    if seq is not None:
+        payload.seq = seq
     if timestamp is not None:
         payload.timestamp = timestamp
     for metric in metrics:
@@ -33,9 +43,26 @@ def message(*metrics: dict, timestamp: int | None = MS, seq: int = 0) -> bytes:
     return payload.SerializeToString()
 
 
-def birth(names=CHANNELS, datatype=DOUBLE) -> bytes:
+def birth(names=CHANNELS, datatype=DOUBLE, seq: int = 0) -> bytes:
     return message(*({"name": n, "alias": i + 1, "datatype": datatype, "double_value": 0.0}
-                     for i, n in enumerate(names)))  # fmt: skip
+                     for i, n in enumerate(names)), seq=seq)  # fmt: skip
+
+
+def node_birth(bd_seq: int = 0, seq: int = 0, names=("HR",)) -> bytes:
+    """An NBIRTH as the spec has it: bdSeq, Node Control/Rebirth = false, the node's own metrics."""
+    return message({"name": "bdSeq", "datatype": UINT64, "long_value": bd_seq},
+                   {"name": REBIRTH_METRIC, "datatype": BOOLEAN, "boolean_value": False},
+                   *({"name": n, "alias": i + 1, "datatype": DOUBLE, "double_value": 0.0} for i, n in enumerate(names)),
+                   seq=seq)  # fmt: skip
+
+
+def node_death(bd_seq: int) -> bytes:
+    """An NDEATH (the node's MQTT Will): bdSeq, no seq."""
+    return message({"name": "bdSeq", "datatype": UINT64, "long_value": bd_seq}, timestamp=None, seq=None)
+
+
+def by_alias(seq: int, value: float = 72.0, alias: int = 1) -> bytes:
+    return message({"alias": alias, "double_value": value}, seq=seq)
 
 
 def parse(decoder, topic, data, channels=CHANNELS, stream=None, **kw):
@@ -205,11 +232,87 @@ def test_rename_and_the_unknown_channel_policy_apply_to_metric_names():
     assert errors == [] and readings[0].values == {"HR": 1.0, "SpO2": 2.0}
 
 
-def test_deaths_commands_and_state_give_nothing_and_are_not_errors():
+def test_deaths_commands_and_state_give_no_readings_and_are_not_errors():
     decoder = SparkplugDecoder()
     for topic in ("spBv1.0/icu/NDEATH/gw1", "spBv1.0/icu/DDEATH/gw1/bed12", "spBv1.0/icu/NCMD/gw1",
                   "spBv1.0/icu/DCMD/gw1/bed12", "spBv1.0/STATE/scada-host"):  # fmt: skip
         assert parse(decoder, topic, b'{"online": true}') == ([], []), topic
+    # A death's payload that does not parse is still a death: the topic says who died.
+    assert decoder.take(0.0, 30.0).deaths == (Death("icu/gw1", "NDEATH"), Death("icu/gw1/bed12", "DDEATH"))
+
+
+def test_a_node_whose_birth_was_not_seen_is_asked_to_rebirth_once_per_interval():
+    decoder = SparkplugDecoder()
+    for seq in (7, 8, 9):  # the daemon started after the BIRTHs: three DDATA it cannot read
+        assert kinds(parse(decoder, DATA, by_alias(seq))[1]) == ["unknown_alias"]
+    (rebirth,) = decoder.take(100.0, 30.0).rebirths
+    assert (rebirth.node, rebirth.reason, rebirth.topic) == ("icu/gw1", "no_birth", NCMD)
+    command = payload_class().FromString(rebirth.payload)
+    assert [(m.name, m.datatype, m.boolean_value) for m in command.metrics] == [(REBIRTH_METRIC, BOOLEAN, True)]
+    assert command.HasField("timestamp") and not command.HasField("seq")  # the spec's NCMD: stamped, no seq
+    parse(decoder, DATA, by_alias(10))
+    assert decoder.take(129.0, 30.0).rebirths == ()  # held off: a flood of bad data is not a flood of commands
+    parse(decoder, DATA, by_alias(11))
+    assert [r.reason for r in decoder.take(130.0, 30.0).rebirths] == ["no_birth"]
+    parse(decoder, DATA, by_alias(12))
+    assert decoder.take(1000.0, 0.0).rebirths == ()  # interval 0: listen only
+    # After the rebirth: read, and an alias the new BIRTH lacks asks again (once the hold-off passed).
+    parse(decoder, NBIRTH, node_birth())
+    parse(decoder, BIRTH, birth(seq=1))
+    assert parse(decoder, DATA, by_alias(2))[0][0].values == {"HR": 72.0}
+    assert decoder.take(1001.0, 30.0).rebirths == ()
+    assert kinds(parse(decoder, DATA, by_alias(3, alias=9))[1]) == ["unknown_alias"]
+    assert [r.reason for r in decoder.take(1002.0, 30.0).rebirths] == ["unknown_alias"]
+
+
+def test_a_seq_gap_is_counted_and_asks_for_a_rebirth_but_keeps_its_reading():
+    decoder = SparkplugDecoder()
+    parse(decoder, NBIRTH, node_birth(seq=254))
+    parse(decoder, BIRTH, birth(seq=255))
+    for seq in (0, 1):  # 255 wraps to 0
+        parse(decoder, DATA, by_alias(seq))
+    parse(decoder, NDATA, by_alias(2))  # node and device messages share one sequence
+    assert decoder.take(0.0, 30.0).seq_gaps == ()
+    readings, errors = parse(decoder, DATA, by_alias(5, value=75.0))  # 3 and 4 lost
+    assert errors == [] and readings[0].values == {"HR": 75.0}
+    events = decoder.take(1.0, 30.0)
+    assert events.seq_gaps == ("icu/gw1",) and [r.reason for r in events.rebirths] == ["seq_gap"]
+    parse(decoder, DATA, by_alias(6))  # counting resumes from the message after the gap
+    assert decoder.take(2.0, 30.0).seq_gaps == ()
+    parse(decoder, DATA, message({"alias": 1, "double_value": 1.0}, seq=None))  # no seq: nothing to check
+    assert decoder.take(3.0, 30.0).seq_gaps == ()
+
+
+def test_deaths_take_streams_offline_and_drop_their_aliases_but_a_late_will_is_ignored():
+    decoder = SparkplugDecoder()
+    parse(decoder, NBIRTH, node_birth(bd_seq=3))
+    parse(decoder, BIRTH, birth(seq=1))
+    parse(decoder, "spBv1.0/icu/DBIRTH/gw1/bed13", birth(seq=2))
+    decoder.take(0.0, 30.0)
+    parse(decoder, NDEATH, node_death(bd_seq=2))  # the Will of the connection before this NBIRTH
+    assert decoder.take(1.0, 30.0).deaths == ()
+    assert parse(decoder, DATA, by_alias(3))[1] == []
+    # A device's death: its aliases are gone until its next DBIRTH, the node's other devices read on.
+    parse(decoder, DDEATH, message(seq=4))
+    (death,) = decoder.take(2.0, 30.0).deaths
+    assert death == Death("icu/gw1/bed12", "DDEATH")
+    assert kinds(parse(decoder, DATA, by_alias(5))[1]) == ["unknown_alias"]
+    assert parse(decoder, "spBv1.0/icu/DDATA/gw1/bed13", by_alias(6))[1] == []
+    assert [r.reason for r in decoder.take(3.0, 30.0).rebirths] == ["no_birth"]
+    # The node's death covers it and all its devices (not another node whose id starts alike).
+    parse(decoder, NDEATH, node_death(bd_seq=3))
+    (death,) = decoder.take(4.0, 30.0).deaths
+    assert [death.covers(s) for s in ("icu/gw1", "icu/gw1/bed13", "icu/gw10", "icu/gw10/bed1")] == [
+        True, True, False, False]  # fmt: skip
+    assert len(decoder) == 0
+    assert kinds(parse(decoder, "spBv1.0/icu/DDATA/gw1/bed13", by_alias(0))[1]) == ["unknown_alias"]
+
+
+def test_the_rebirth_interval_must_be_a_finite_number_of_seconds():
+    assert InputConfig(sparkplug_rebirth_interval=0.0).sparkplug_rebirth_interval == 0.0
+    for bad in (-1.0, math.inf, math.nan):
+        with pytest.raises(ConfigError, match="sparkplug_rebirth_interval"):
+            InputConfig(sparkplug_rebirth_interval=bad)
 
 
 def test_topics_that_are_not_sparkplug_are_bad_topic():
@@ -283,3 +386,62 @@ def test_the_hint_names_the_extra_for_protobuf_and_its_submodules():
         assert hint is not None and "pip install 'trep-edge[sparkplug]'" in hint and "(google.protobuf is" in hint
     assert missing_extra_hint(ModuleNotFoundError(name="google")) is None  # another google package: not ours
     assert "trep-edge[cpu]" in missing_extra_hint(ModuleNotFoundError(name="onnxruntime.capi"))
+
+
+def test_a_daemon_asks_for_rebirths_and_reports_deaths_on_a_real_broker(tmp_path, broker, daemons, collectors):
+    """One edge node whose BIRTHs the daemon missed: its DDATA are dead-lettered and one NCMD rebirth request goes out;
+    after the BIRTHs its data are scored; a DDEATH reports the device's stream no_data, its next DDATA ok. A second
+    node's seq gap is counted, asks for a rebirth and keeps its reading; its NDEATH takes its stream offline."""
+    daemon = _ready(tmp_path, broker, daemons, MODEL, mqtt={"topics": ["spBv1.0/#"]}, input={"format": "sparkplug"})
+    out = collectors(broker.port, ["trep-edge/#", "spBv1.0/+/NCMD/+"])
+    t0 = (int(time.time()) - 100) * 1000
+    press, edge2 = "plant/edge1/press3", "plant/edge2"
+    ddata, dbirth = "spBv1.0/plant/DDATA/edge1/press3", "spBv1.0/plant/DBIRTH/edge1/press3"
+    names = ["oil_temp", "pressure"]
+
+    def data(seq: int, step: int) -> bytes:
+        return message(*({"alias": a, "double_value": 40.0 + a + step % 3} for a in (1, 2)), timestamp=t0 + 1000 * step,
+                       seq=seq)  # fmt: skip
+
+    def status(stream: str, **match) -> list[dict]:
+        messages = (m.json() for m in out.select(f"trep-edge/alerts/{stream}"))
+        return [m for m in messages if m["kind"] == "stream" and all(m.get(k) == v for k, v in match.items())]
+
+    def metric(name: str) -> float:
+        return daemon.metrics().get(name, 0.0)
+
+    publish(broker.port, [(ddata, data(seq, step)) for step, seq in enumerate((20, 21, 22))])
+    publish(broker.port, [("spBv1.0/plant/NBIRTH/edge1", node_birth(seq=0, names=())), (dbirth, birth(names, seq=1))]
+            + [(ddata, data(seq, step)) for step, seq in enumerate(range(2, 7), start=3)])  # fmt: skip
+    scores = [m.json()["timestamp"] for m in out.wait_count(f"trep-edge/scores/{press}", 4)]
+    assert scores[:4] == [t0 / 1000 + step for step in range(3, 7)]  # the readings after the BIRTHs, none before
+
+    publish(broker.port, [("spBv1.0/plant/DDEATH/edge1/press3", message(seq=7))])
+    (dead,) = out.wait_for(lambda c: status(press, status="no_data"), what="the DDEATH's no_data")
+    assert (dead["reason"], dead["sparkplug"]) == ("death", "DDEATH")
+    publish(broker.port, [(ddata, data(8, 8)), (dbirth, birth(names, seq=9)), (ddata, data(10, 9)),
+                          (ddata, data(11, 10))])  # fmt: skip
+    (back,) = out.wait_for(lambda c: status(press, status="ok", reason="recovered"), what="the recovery")
+    assert back["timestamp"] == t0 / 1000 + 9  # the DDATA before the DBIRTH was not read: no alias table
+
+    publish(broker.port, [("spBv1.0/plant/NBIRTH/edge2", node_birth(bd_seq=4, seq=0, names=names))]
+            + [("spBv1.0/plant/NDATA/edge2", data(seq, step)) for step, seq in enumerate((1, 2, 5, 6))])  # fmt: skip
+    out.wait_for(lambda c: c.select("spBv1.0/plant/NCMD/edge2"), what="the seq gap's rebirth request")
+    kept = out.wait_for(lambda c: [m.json()["timestamp"] for m in c.select(f"trep-edge/scores/{edge2}")][2:3],
+                        what="the reading after the gap scored")  # fmt: skip
+    assert kept == [t0 / 1000 + 2]
+    publish(broker.port, [("spBv1.0/plant/NDEATH/edge2", node_death(bd_seq=4))])
+    (dead,) = out.wait_for(lambda c: status(edge2, status="no_data"), what="the NDEATH's no_data")
+    assert (dead["reason"], dead["sparkplug"]) == ("death", "NDEATH")
+
+    # One request to edge1 for everything it sent unread (held off 30 s), decoded with the schema; one for edge2.
+    (request,) = out.select("spBv1.0/plant/NCMD/edge1")
+    command = payload_class().FromString(request.payload)
+    assert [(m.name, m.datatype, m.boolean_value) for m in command.metrics] == [(REBIRTH_METRIC, BOOLEAN, True)]
+    assert not request.retain and len(out.select("spBv1.0/plant/NCMD/edge2")) == 1
+    assert metric('trep_edge_malformed_total{kind="unknown_alias"}') == 4  # 3 before the BIRTHs, 1 after the death
+    assert metric('trep_edge_sparkplug_rebirth_requests_total{reason="no_birth"}') == 1
+    assert metric('trep_edge_sparkplug_rebirth_requests_total{reason="seq_gap"}') == 1
+    assert metric("trep_edge_sparkplug_seq_gaps_total") == 1
+    letters = [m.json() for m in out.select("trep-edge/dead-letter")]
+    assert {d["kind"] for d in letters} == {"unknown_alias"} and daemon.alive()
