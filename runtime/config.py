@@ -9,7 +9,7 @@ Secrets never come from the TOML file or a flag (files get committed and flags s
 password comes from ``TREP_EDGE_MQTT_PASSWORD`` or the file named by ``[mqtt] password_file``, the client key's
 passphrase from ``TREP_EDGE_MQTT_KEY_PASSWORD`` or ``[mqtt] key_password_file``.
 
-Every field is documented once, in its ``doc`` metadata (or, for the windows, alerts and detector tables, which
+Every field is documented once, in its ``doc`` metadata (or, for the windows, alerts, detector and fhir tables, which
 belong to their own modules, in the class docstring); ``--help`` and ``deploy/monitor.toml`` repeat that text.
 """
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any, Mapping
 from .alerts import AlertConfig
 from .detector import DetectorConfig
 from .engine import ENGINE_CHOICES
+from .fhir import FhirConfig
 from .payloads import FORMATS, INFLUX_PRECISIONS, channel_renames
 from .sharding import Shard
 from .windows import WindowConfig
@@ -292,6 +293,7 @@ class MonitorConfig:
     state: StateConfig = field(default_factory=StateConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     archive: ArchiveConfig = field(default_factory=ArchiveConfig)
+    fhir: FhirConfig = field(default_factory=FhirConfig)
     source: str = ""
 
     def to_dict(self) -> dict[str, dict[str, Any]]:

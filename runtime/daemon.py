@@ -46,6 +46,7 @@ from .archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import MonitorConfig, load_config
 from .engine import Engine, file_sha256, load_engine
+from .fhir import FhirEpisodes
 from .http_status import StatusServer, monitor_metrics
 from .monitor import AlertOut, Monitor, ScoredReading, SensorEvent, TickResult
 from .mqtt_io import MqttLink, Telemetry, TelemetryQueue
@@ -225,6 +226,7 @@ class Daemon:
         self.engine = self._load_engine(config)
         self.archive = ArchiveRecorder(config.archive, self.metrics) if config.archive.enabled else None
         self.lifecycle = Lifecycle(config.alerts.pending)  # replaced by the checkpoint's, if one is restored
+        self.fhir = FhirEpisodes()
         self.monitor = self._restore_or_new(config)
         self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
         self.model_error: str | None = None
@@ -661,10 +663,18 @@ class Daemon:
         payload = json.dumps(message)
         self.link.publish(fill_topic(topics.alerts, alert.stream), payload, qos=1)
         self.link.publish(fill_topic(topics.state, alert.stream), payload, qos=1, retain=True)
+        self._publish_fhir(alert, message["published_at"])
         self.lifecycle.episode(alert.stream, message)
         self.metrics.inc("trep_edge_alerts_total", state=alert.state)
         log.info("alert %s %s (%s): score %.3g vs threshold %.3g%s", alert.alert_id, alert.state, alert.severity,
                  alert.score, alert.threshold, f" (channel {alert.channel})" if alert.channel else "")  # fmt: skip
+
+    def _publish_fhir(self, alert: AlertOut, published: float) -> None:
+        """With ``[fhir] enabled``, the episode change as a FHIR transaction Bundle on its own topic (runtime/fhir.py)."""
+        fhir = self.config.fhir
+        if fhir.enabled:
+            bundle = self.fhir.bundle(alert, self.engine.card, self.engine.sha256, fhir, published)
+            self.link.publish(fill_topic(fhir.topic, alert.stream), json.dumps(bundle), qos=1)
 
     def _evict(self, after: float) -> None:
         """Close the streams silent for ``after`` seconds: clear their open episodes, forget their state."""

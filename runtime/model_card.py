@@ -67,19 +67,23 @@ class ModelCard:
     """Seconds per step of the training data; 0 = any (a general model, or not declared)."""
     ranges: dict = field(default_factory=dict)
     """Physically possible values, ``{channel: [low, high]}``: a reading outside is a sensor fault, not the process."""
+    channel_codes: dict = field(default_factory=dict)
+    """What each channel measures in a standard terminology, ``{channel: {"system", "code", "display", "unit"}}``
+    (e.g. LOINC, with a UCUM unit): the FHIR output's codes (runtime/fhir.py). Channels left out are named only."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
         """Canonical JSON text (sorted keys), identical in the ONNX metadata and the sidecar file.
 
-        ``graphs``, ``scaling``, ``channel_mode``, ``detector_prior``, ``ranges`` and ``period`` are left out at their defaults, so a
-        card without them keeps the text (and the sha256-compared identity) older runtimes wrote.
+        ``graphs``, ``scaling``, ``channel_mode``, ``detector_prior``, ``ranges``, ``period`` and ``channel_codes`` are
+        left out at their defaults, so a card without them keeps the text (and the sha256-compared identity) older
+        runtimes wrote.
         """
         data = asdict(self)
         if not self.graphs:
             del data["graphs"]
         for key, default in (("scaling", "card"), ("channel_mode", "fixed"), ("detector_prior", {}), ("ranges", {}),
-                             ("period", 0.0)):
+                             ("period", 0.0), ("channel_codes", {})):
             if data[key] == default:
                 del data[key]
         return json.dumps(data, sort_keys=True, indent=2)
@@ -158,6 +162,7 @@ class ModelCard:
             problems.append(f"channel_mode 'independent' needs a univariate model (input_dims 1), got {self.input_dims}")
         problems += _prior_problems(self.detector_prior)
         problems += _range_problems(self.ranges, self.channels)
+        problems += _code_problems(self.channel_codes, self.channels)
         if isinstance(self.period, bool) or not isinstance(self.period, (int, float)) or not 0 <= self.period < math.inf:
             problems.append(f"period must be a number of seconds >= 0 (0 = any), got {self.period!r}")
         problems += _graph_problems(self.graphs)
@@ -189,6 +194,26 @@ def _range_problems(ranges: object, channels: list[str]) -> list[str]:
                   and all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) for b in bounds)
                   and bounds[0] < bounds[1]):  # fmt: skip
             problems.append(f"ranges.{name} must be [low, high] with finite low < high, got {bounds!r}")
+    return problems
+
+
+CODE_FIELDS = ("system", "code", "display", "unit")
+"""The fields of a ``channel_codes`` entry; the first two are required."""
+
+
+def _code_problems(codes: object, channels: list[str]) -> list[str]:
+    """What is wrong with a card's ``channel_codes``: ``{channel of the card: {"system", "code"[, "display", "unit"]}}``
+    of non-empty strings (``unit``: a UCUM code)."""
+    if not isinstance(codes, dict):
+        return [f"channel_codes must be an object of channel -> {{system, code}}, got {type(codes).__name__}"]
+    problems = []
+    for name, entry in codes.items():
+        if name not in channels:
+            problems.append(f"channel_codes.{name} names no channel of the card ({channels})")
+        elif not (isinstance(entry, dict) and set(CODE_FIELDS[:2]) <= set(entry) <= set(CODE_FIELDS)
+                  and all(isinstance(v, str) and v.strip() for v in entry.values())):  # fmt: skip
+            problems.append(f"channel_codes.{name} must hold non-empty strings system and code, and optionally "
+                            f"display and unit, got {entry!r}")
     return problems
 
 

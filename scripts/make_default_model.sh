@@ -12,4 +12,4 @@ $PY/trep-edge train PhysioNet2019_sepsis/training_setB.tar.gz \
 $PY/trep-edge export runs/icu-vitals.pt --out models/icu-vitals.onnx --name icu-vitals \
   --window 49 --z 21 --beta 4 --delay 7 --calibration-steps 4000 --check --precision fp16,int8 \
   --range HR=0:350 --range O2Sat=0:100 --range Temp=10:50 --range SBP=0:350 --range MAP=0:350 --range DBP=0:350 \
-  --range Resp=0:150 --period 3600
+  --range Resp=0:150 --period 3600 --channel-codes models/icu-vitals.codes.json

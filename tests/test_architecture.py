@@ -25,7 +25,8 @@ ROOTS = ("runtime", "training", "datasets", "trep_edge")
 """Source folders whose every module is checked (models/ and deploy/ carry data, no code)."""
 RUNTIME = "trep_edge.runtime"
 TRAINING = "trep_edge.training"
-FORBIDDEN_IN_RUNTIME = ("torch", TRAINING)
+FORBIDDEN_IN_RUNTIME = ("torch", TRAINING, "fhir")
+"""``fhir`` is fhir.resources, the tests' FHIR validator: the runtime builds its FHIR output as plain dicts."""
 OPTIONAL_MODULES = set(EXTRA_OF_MODULE) | {"river", "stumpy"}
 """Top-level modules of pip extras (``trep_edge.extras`` and the [bench] peers): a module that needs one of these
 may be skipped where it is not installed, never where it is."""

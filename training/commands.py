@@ -209,6 +209,19 @@ def _channel_ranges(entries: list[str], channels: list[str]) -> dict[str, list[f
     return ranges
 
 
+def _channel_codes(path: str | None) -> dict:
+    """``--channel-codes FILE``: the card's ``channel_codes`` (checked with the card); none without a file."""
+    if path is None:
+        return {}
+    try:
+        codes = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--channel-codes {path}: cannot read a JSON object from it ({exc})") from None
+    if not isinstance(codes, dict):
+        raise ValueError(f"--channel-codes {path} must hold a JSON object channel -> {{system, code, display, unit}}")
+    return codes
+
+
 def export(args: argparse.Namespace) -> int:
     """``trep-edge export``: ONNX + model card, calibrated on normal data, optionally parity-checked."""
     from trep_edge.runtime.model_card import Scoring
@@ -230,6 +243,9 @@ def export(args: argparse.Namespace) -> int:
         make_general(encoder, card)
     card.ranges = _channel_ranges(getattr(args, "range", []), card.channels)
     card.period = float(getattr(args, "period", 0.0))
+    card.channel_codes = _channel_codes(getattr(args, "channel_codes", None))
+    if card.channel_codes:
+        card.validate(f"the card with --channel-codes {args.channel_codes}")  # refused now, not after calibration
     series = None
     if not args.no_calibration:
         spec = dict(trainer.meta.get("data_spec") or {})

@@ -132,6 +132,9 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--range", action="append", default=[], metavar="CHANNEL=LOW:HIGH",
                    help="a channel's physically possible values (repeatable), e.g. HR=0:350: the runtime treats a "
                    "value outside as a sensor fault (missing for scoring, a sensor alert), not as an anomaly")
+    p.add_argument("--channel-codes", metavar="FILE", help="JSON object channel -> {system, code, display, unit} "
+                   "written to the card: what each channel measures (e.g. LOINC with a UCUM unit), used by the FHIR "
+                   "output (models/icu-vitals.codes.json: the ICU vitals' LOINC codes)")
     p.add_argument("--general", action="store_true", help="a general-purpose model (input_dims 1 only): per-stream "
                    "scaling, each channel scored on its own with shared weights, channel 'value', identity "
                    "normalisation (the training normalisation is folded into the weights), no detector prior "

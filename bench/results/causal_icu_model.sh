@@ -23,4 +23,4 @@ while [[ $("$PY/python" -c "import torch; s = torch.load('$CKPT', weights_only=T
 done
 flock /tmp/trep-heavy.lock nice -n 5 "$PY/trep-edge" export "$CKPT" --out models/icu-vitals-causal.onnx \
   --name icu-vitals-causal --window 49 --z 21 --beta 4 --delay 7 --calibration-steps 4000 --check \
-  --graphs pruned_pair,step
+  --graphs pruned_pair,step --channel-codes models/icu-vitals.codes.json

@@ -1,5 +1,6 @@
 """ONNX export: contract, card, parity, refusal of bad model files."""
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -130,6 +131,47 @@ def test_card_ranges_name_card_channels_with_finite_bounds(ranges, problem):
     card.ranges = ranges
     with pytest.raises(ModelCardError, match=problem):
         card.validate()
+
+
+LOINC_HR = {"system": "http://loinc.org", "code": "8867-4", "display": "Heart rate", "unit": "/min"}
+
+
+@pytest.mark.parametrize("codes, problem", [({"b": LOINC_HR}, "channel_codes.b names no channel"),
+                                            ({"a": {"code": "8867-4"}}, "non-empty strings system and code"),
+                                            ({"a": {**LOINC_HR, "units": "/min"}}, "optionally display and unit"),
+                                            ({"a": {**LOINC_HR, "code": " "}}, "non-empty strings"),
+                                            ({"a": "8867-4"}, "non-empty strings"), ([LOINC_HR], "an object of channel")])
+def test_card_channel_codes_name_card_channels_with_a_system_and_a_code(codes, problem):
+    card = ModelCard("m", ["a"], {"mean": [0], "std": [1]}, 0, "relative", "time2vec", 10, 8, 1)
+    assert "channel_codes" not in card.to_json()  # absent at its default: older cards keep their text
+    card.channel_codes = {"a": LOINC_HR}
+    assert ModelCard.from_json(card.to_json()).channel_codes == {"a": LOINC_HR}
+    card.channel_codes = codes
+    with pytest.raises(ModelCardError, match=problem):
+        card.validate()
+
+
+def test_export_channel_codes_file_is_read_and_a_bad_one_is_refused(tmp_path):
+    from trep_edge.training.commands import _channel_codes
+
+    good = tmp_path / "codes.json"
+    good.write_text(json.dumps({"HR": LOINC_HR}))
+    assert _channel_codes(str(good)) == {"HR": LOINC_HR} and _channel_codes(None) == {}
+    for text in ("[1, 2]", "{not json"):
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(ValueError, match="--channel-codes .*bad.json"):
+            _channel_codes(str(tmp_path / "bad.json"))
+
+
+@pytest.mark.parametrize("name", ["icu-vitals", "icu-vitals.fp16", "icu-vitals-causal"])
+def test_shipped_icu_models_carry_the_loinc_codes_inside_and_beside_the_file(name):
+    models = Path(__file__).resolve().parents[2] / "models"
+    codes = json.loads((models / "icu-vitals.codes.json").read_text())
+    inside = {p.key: p.value for p in onnx.load(str(models / f"{name}.onnx")).metadata_props}[METADATA_KEY]
+    for text in (inside, (models / f"{name}.card.json").read_text()):
+        card = ModelCard.from_json(text)
+        assert card.channel_codes == codes and set(codes) == set(card.channels)
+    assert codes["HR"]["code"] == "8867-4" and codes["O2Sat"]["code"] == "59408-5" and codes["Resp"]["code"] == "9279-1"
 
 
 def test_non_onnx_file_is_refused(tmp_path):
