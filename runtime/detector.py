@@ -117,7 +117,7 @@ class DetectorConfig:
     horizon: int = 500
     short: int = 5
     min_count: int = 100
-    threshold: float = 4.5
+    threshold: float = 5.0
     refractory: int = 200
     debounce: int = 1
     protect: int = 200
