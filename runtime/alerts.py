@@ -121,6 +121,14 @@ class AlertTracker(StreamState):
         """The open episodes' ids by stream, for streams named ``names`` (row order)."""
         return {names[i]: episode_id(names[i], self.episode_[i]) for i in np.flatnonzero(self.active_).tolist()}
 
+    def close(self, stream_idx: np.ndarray) -> None:
+        """End the selected streams' open episodes without a reading (the caller publishes the clear); their episode
+        numbers keep counting."""
+        idx = self._rows(stream_idx)
+        self.active_[idx] = False
+        self.severity_[idx] = 0
+        self.below_run_[idx] = 0
+
     def step(
         self, stream_idx: np.ndarray, scores: np.ndarray, thresholds: np.ndarray | float, alerts: np.ndarray
     ) -> list[AlertEvent]:

@@ -8,7 +8,9 @@ meta sits under the key ``daemon/meta`` with the ``format`` number this module r
 The daemon's meta: ``saved_at``, ``model``, ``model_sha256``, ``config_revision``, ``shard`` and, optional (absent
 from checkpoints of earlier daemons and from ``trep-edge reshard``'s output, which then restore without it),
 ``lifecycle``: ``alerts.Lifecycle.to_json()``, the streams reported ``no_data`` (stream -> epoch seconds), those
-with a ``pending`` status out, and the last message of each open episode, so that a restart repeats none of them.
+with a ``pending`` status out, and the last message of each open episode, so that a restart repeats none of them;
+and ``control``: ``control_topics.Control.to_json()``, the acknowledged episodes, the silences and the episode
+messages a silence holds back, so that a restart keeps them.
 Readers ignore meta keys they do not know, so an optional key needs no new format number.
 """
 from __future__ import annotations

@@ -31,7 +31,7 @@ from .alerts import AlertConfig
 from .detector import DetectorConfig
 from .engine import ENGINE_CHOICES
 from .fhir import FhirConfig
-from .payloads import FORMATS, INFLUX_PRECISIONS, channel_renames
+from .payloads import FORMATS, INFLUX_PRECISIONS, channel_renames, disconnected_codes
 from .sharding import Shard
 from .windows import WindowConfig
 
@@ -113,7 +113,8 @@ class MqttConfig:
 
 @dataclass
 class TopicsConfig:
-    """Where the daemon publishes ([topics]); {stream} is the stream id, {client_id} the MQTT client id."""
+    """Where the daemon publishes, and the control topics it reads ([topics]); {stream} is the stream id,
+    {client_id} the MQTT client id."""
 
     alerts: str = _doc("alert changes (raised/updated/cleared: status firing/resolved; stream no_data/ok; sensor "
                        "faults), QoS 1, not retained",
@@ -124,6 +125,20 @@ class TopicsConfig:
     dead_letter: str = _doc("samples of rejected input, with the reason", "trep-edge/dead-letter")
     status: str = _doc("daemon status, retained: online (with model and sha256) or offline (Last Will)",
                        "trep-edge/status/{client_id}")  # fmt: skip
+    commands: str = _doc("read: operator commands (ack an episode, silence or unsilence a stream), JSON; grant "
+                         "write access to operator accounts only ('' = off)", "trep-edge/commands")  # fmt: skip
+    bed_events: str = _doc("read: bed events (admit, discharge, transfer), JSON, e.g. from an ADT integration; "
+                           "grant write access to that account only ('' = off)", "trep-edge/beds")  # fmt: skip
+    replies: str = _doc("one reply per command or bed event: accepted or refused, and why; QoS 1, not retained",
+                        "trep-edge/replies/{client_id}")  # fmt: skip
+
+    def __post_init__(self) -> None:
+        for name in ("commands", "bed_events"):
+            levels = getattr(self, name).replace("{client_id}", "x").split("/")
+            wild = [k for k, level in enumerate(levels) if any(ch in level for ch in "+#{}")]
+            if any(levels[k] not in ("+", "#") or levels[k] == "#" and k != len(levels) - 1 for k in wild):
+                raise ConfigError(f"topics.{name} {getattr(self, name)!r} is no topic filter: + and # stand for "
+                                  "whole levels, # only last, and {client_id} is the only placeholder")
 
 
 @dataclass
@@ -206,6 +221,11 @@ class InputConfig:
                                              "Control/Rebirth) when its data cannot be read (a BIRTH or alias not "
                                              "seen, a seq gap), at most once per this many seconds per node; 0 = "
                                              "never (listen only)", 30.0)  # fmt: skip
+    disconnected: list[str] = _doc("values a sensor sends when it is not connected, CHANNEL=NUMBER or CHANNEL=null "
+                                   "(* = every channel; e.g. [\"*=0\"] for MIMIC-II numerics, [\"*=null\"] for "
+                                   "a feed that sends nulls when a probe is off): such values are missing, and a "
+                                   "reading left without any value reports its stream as disconnected and is not "
+                                   "scored; empty = none", factory=list)  # fmt: skip
     log_interval: float = _doc("seconds between log lines about one kind of bad input", 10.0)
     dead_letter_interval: float = _doc("seconds between dead-letter samples of one kind of bad input", 1.0)
 
@@ -228,11 +248,20 @@ class InputConfig:
             channel_renames(self.rename)
         except ValueError as exc:
             raise ConfigError(f"input.rename: {exc}") from None
+        try:
+            disconnected_codes(self.disconnected)
+        except ValueError as exc:
+            raise ConfigError(f"input.disconnected: {exc}") from None
 
     @property
     def renames(self) -> dict[str, str]:
         """``rename`` as a mapping, sent name → model channel."""
         return channel_renames(self.rename)
+
+    @property
+    def disconnected_codes(self) -> dict[str, float]:
+        """``disconnected`` as a mapping, channel (or ``*``) → code (NaN = null)."""
+        return disconnected_codes(self.disconnected)
 
 
 @dataclass

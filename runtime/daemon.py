@@ -18,7 +18,10 @@ One thread does all the scoring work, in a plain loop:
    reports its node's or device's streams at once (``sparkplug``: also its rebirth requests);
 6. on SIGHUP, or when the model file changes, load the new config and model aside and swap them in only if
    both are good; a bad model is refused, logged and reported on the status topic while the old one keeps
-   running.
+   running;
+7. messages of the control topics (operator commands, bed events) come through the same queue, in arrival order
+   among the readings, and are applied by ``control_topics.Control``; every episode message passes its
+   ``on_episode`` (acknowledgement and silence fields; a silence keeps it off the alerts topic).
 
 What a SIGKILL can cost is bounded by the checkpoint interval: the restarted daemon resumes from the last
 checkpoint, so readings received after it (already acknowledged to the broker) are missing from its windows (up
@@ -45,12 +48,13 @@ from .alerts import STATUS_OF_STATE, AlertTracker, Lifecycle, StreamStatus
 from .archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import MonitorConfig, load_config
+from .control_topics import CONTROL_KINDS, Control, control_filters, declare_control_metrics
 from .engine import Engine, file_sha256, load_engine
 from .fhir import FhirEpisodes
 from .http_status import StatusServer, monitor_metrics
 from .monitor import AlertOut, Monitor, ScoredReading, SensorEvent, TickResult
 from .mqtt_io import MqttLink, Telemetry, TelemetryQueue
-from .payloads import MALFORMED_KINDS, parse_payload_lenient
+from .payloads import MALFORMED_KINDS, mark_disconnected, parse_payload_lenient
 from .reshard import select_streams, stream_names
 from .sharding import Shard
 from .sparkplug import SparkplugDecoder, declare_sparkplug_metrics
@@ -109,11 +113,13 @@ def alert_message(alert: AlertOut, engine: Engine, revision: str) -> dict[str, A
 
 
 def sensor_message(event: SensorEvent, engine: Engine, revision: str) -> dict[str, Any]:
-    """A sensor fault (docs/alerts.md): a channel sent a value outside its plausible range, or recovered."""
+    """A sensor fault (docs/alerts.md): a channel sent a value outside its plausible range, or the stream said its
+    sensor is disconnected; or it recovered."""
     return _envelope("sensor", engine, revision, {
-        "alert_id": f"{event.stream}:sensor:{event.channel}",
+        "alert_id": f"{event.stream}:sensor" + (f":{event.channel}" if event.channel else ""),
         "stream": event.stream,
-        "channel": event.channel,
+        "channel": event.channel or None,
+        "fault": event.fault,
         "state": event.state,
         "status": STATUS_OF_STATE[event.state],
         "active": event.state == "raised",
@@ -208,6 +214,7 @@ class Daemon:
         flags: Mapping[tuple[str, str], str] | None = None,
     ) -> None:
         check_lifecycle(config)
+        control = control_filters(config)
         self.config = config
         self._config_source = (config_path, env, dict(flags or {}))
         self.metrics = monitor_metrics()
@@ -217,8 +224,10 @@ class Daemon:
         self.metrics.set("trep_edge_shard_info", 1.0, shard=str(self.shard.index), shards=str(self.shard.count))
         declare_archive_metrics(self.metrics)
         declare_sparkplug_metrics(self.metrics)
+        declare_control_metrics(self.metrics)
         # Every kind exported at 0 from the start: an alert rule on rate() sees the first bad message.
-        self.metrics.zero("trep_edge_malformed_total", "kind", (*MALFORMED_KINDS, TOPIC_KIND, INTERNAL_KIND))
+        self.metrics.zero("trep_edge_malformed_total", "kind",
+                          (*MALFORMED_KINDS, TOPIC_KIND, INTERNAL_KIND, *CONTROL_KINDS))  # fmt: skip
         self.metrics.zero("trep_edge_rejected_total", "kind",
                           tuple(k for k in WINDOW_REJECTIONS if k not in MALFORMED_KINDS))  # fmt: skip
         self.metrics.zero("trep_edge_model_reloads_total", "result", ("ok", "refused"))
@@ -227,6 +236,7 @@ class Daemon:
         self.archive = ArchiveRecorder(config.archive, self.metrics) if config.archive.enabled else None
         self.lifecycle = Lifecycle(config.alerts.pending)  # replaced by the checkpoint's, if one is restored
         self.fhir = FhirEpisodes()
+        self.control = Control(self.shard, config.mqtt.client_id)  # acks and silences: the checkpoint's, if any
         self.monitor = self._restore_or_new(config)
         self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
         self.model_error: str | None = None
@@ -234,7 +244,7 @@ class Daemon:
         self.queue = TelemetryQueue(config.mqtt.queue_size)
         self.started_at = time.time()
         self.link = MqttLink(config.mqtt, self.queue, self.status_topic, self._status(), on_drop=self._on_drop,
-                            on_refused=self._on_refused)
+                            on_refused=self._on_refused, control=control)
         self.http: StatusServer | None = None
         if config.http.port:
             try:
@@ -292,6 +302,8 @@ class Daemon:
         log.info("restored %d streams (%d active, %d warming) from %s, saved %.1f s ago", len(states),
                  states.count("active"), states.count("warming"), path, age)  # fmt: skip
         self._restore_lifecycle(config, state, meta, monitor, path)
+        open_ids = {m.get("alert_id") for m in self.lifecycle.open.values()}
+        self.control.restore(meta.get("control"), open_ids, time.time())  # acks and silences that still apply
         return monitor
 
     def _restore_lifecycle(self, config: MonitorConfig, state: Mapping[str, np.ndarray], meta: Mapping[str, Any],
@@ -501,7 +513,11 @@ class Daemon:
             self._arrivals = {k: v for k, v in self._arrivals.items() if v > horizon}
 
     def _ingest_one(self, item: Telemetry, channels: list[str] | None, renames: dict[str, str], now: float) -> None:
+        if item.control:
+            self._control(item)
+            return
         cfg = self.config.input
+        codes = cfg.disconnected_codes
         if not item.matched:
             self._reject(TOPIC_KIND, "topic matches no template in mqtt.topics", item)
             return
@@ -523,6 +539,7 @@ class Daemon:
         if cfg.format == "sparkplug":
             self._sparkplug_session()
         for reading in readings:
+            reading = mark_disconnected(reading, codes)
             kind = self.monitor.ingest(reading, now)
             if kind is not None:
                 self._reject(kind, f"reading at {reading.timestamp} refused by the window policy", item)
@@ -560,7 +577,7 @@ class Daemon:
 
     def _reject(self, kind: str, message: str, item: Telemetry) -> None:
         """Count, log at a rate limit and dead-letter a sample; never raises."""
-        malformed = kind in MALFORMED_KINDS or kind in (TOPIC_KIND, INTERNAL_KIND)
+        malformed = kind in MALFORMED_KINDS or kind in (TOPIC_KIND, INTERNAL_KIND) or kind in CONTROL_KINDS
         family = "trep_edge_malformed_total" if malformed else "trep_edge_rejected_total"
         self.metrics.inc(family, kind=kind)
         report, sample = self._bad.note(kind, time.monotonic())
@@ -585,6 +602,9 @@ class Daemon:
     def _tick(self) -> None:
         result = self.monitor.tick(time.time())
         topics = self.config.topics
+        for message in self.control.expire(time.time()):  # silences that ran out: what they held back
+            self._publish_episode(message, notify=True)
+        self.metrics.set("trep_edge_silences", len(self.control.silences))
         if result.batch_rows:
             self.metrics.observe("trep_edge_inference_batch_rows", result.batch_rows)
             self.metrics.observe("trep_edge_inference_seconds", result.inference_seconds)
@@ -656,15 +676,14 @@ class Daemon:
                      changes[0].stream, len(self.lifecycle.stale))  # fmt: skip
 
     def _publish_alert(self, alert: AlertOut) -> None:
-        topics = self.config.topics
         message = alert_message(alert, self.engine, self.config.revision)
         if self.archive is not None:
             self.archive.record_alert(message)  # retraining leaves alert ranges out (docs/retraining.md)
-        payload = json.dumps(message)
-        self.link.publish(fill_topic(topics.alerts, alert.stream), payload, qos=1)
-        self.link.publish(fill_topic(topics.state, alert.stream), payload, qos=1, retain=True)
-        self._publish_fhir(alert, message["published_at"])
-        self.lifecycle.episode(alert.stream, message)
+        notify = self.control.on_episode(message, time.time())  # ack and silence fields; a silence holds it back
+        if not notify:
+            self.metrics.inc("trep_edge_alerts_withheld_total")
+        self._publish_episode(message, notify)
+        self._publish_fhir(alert, message["published_at"])  # a record, not a notification: silences do not hold it
         self.metrics.inc("trep_edge_alerts_total", state=alert.state)
         log.info("alert %s %s (%s): score %.3g vs threshold %.3g%s", alert.alert_id, alert.state, alert.severity,
                  alert.score, alert.threshold, f" (channel {alert.channel})" if alert.channel else "")  # fmt: skip
@@ -675,6 +694,34 @@ class Daemon:
         if fhir.enabled:
             bundle = self.fhir.bundle(alert, self.engine.card, self.engine.sha256, fhir, published)
             self.link.publish(fill_topic(fhir.topic, alert.stream), json.dumps(bundle), qos=1)
+
+    def _publish_episode(self, message: dict[str, Any], notify: bool) -> None:
+        """An episode message: retained on the stream's state topic, and on the alerts topic when notified."""
+        payload = json.dumps(message)
+        if notify:
+            self.link.publish(fill_topic(self.config.topics.alerts, message["stream"]), payload, qos=1)
+        self.link.publish(fill_topic(self.config.topics.state, message["stream"]), payload, qos=1, retain=True)
+        self.lifecycle.episode(message["stream"], message)
+
+    def _control(self, item: Telemetry) -> None:
+        """An operator command or bed event (runtime/control_topics.py): apply it, publish what it changed, reply."""
+        outcome = self.control.handle(item, self.monitor, self.lifecycle.open, time.time(), self.config.input.max_bytes)
+        if outcome.error is not None:
+            self._reject(outcome.error.kind, str(outcome.error), item)
+        for alert in outcome.cleared:
+            self._publish_alert(alert)
+        if outcome.forget:
+            self.lifecycle.forget(outcome.forget)
+            self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
+        for message in outcome.retain:
+            self._publish_episode(message, notify=False)
+        for message in outcome.notify:
+            self._publish_episode(message, notify=True)
+        self.metrics.inc("trep_edge_control_requests_total", request=outcome.request, result=outcome.result)
+        if outcome.reply is not None:
+            topic = fill_topic(self.config.topics.replies, client_id=self.config.mqtt.client_id)
+            self.link.publish(topic, json.dumps(outcome.reply), qos=1)
+            log.info("%s on %s: %s (%s)", outcome.request, item.topic, outcome.result, outcome.reply.get("message"))
 
     def _evict(self, after: float) -> None:
         """Close the streams silent for ``after`` seconds: clear their open episodes, forget their state."""
@@ -733,7 +780,7 @@ class Daemon:
         self._last_checkpoint = time.monotonic()
         meta = {"saved_at": time.time(), "model": self.engine.card.name, "model_sha256": self.engine.sha256,
                 "config_revision": self.config.revision, "shard": str(self.shard),
-                "lifecycle": self.lifecycle.to_json()}  # fmt: skip
+                "lifecycle": self.lifecycle.to_json(), "control": self.control.to_json()}  # fmt: skip
         try:
             save_checkpoint(self.config.state.path, self.monitor.state_dict(), meta)
         except OSError as exc:

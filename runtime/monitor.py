@@ -26,6 +26,12 @@ Policies:
   channel (``SensorEvent``: raised on the first such value, cleared by the channel's next plausible value or when
   the stream is removed), so a broken sensor neither blinds the window nor raises an anomaly alert. Fault state
   is not checkpointed: after a restart a fault still present is raised again by its next value.
+- **Disconnected sensors.** A reading that says its sensor is not connected (``Reading.disconnected``: the
+  ``[input] disconnected`` encoding, ``payloads.mark_disconnected``) is not filed: its step is a gap, never scored,
+  nothing is learned from it. A known stream reports it once as a sensor fault of no channel (``DISCONNECTED``),
+  cleared by its next reading with a value, which restarts its windows and detector (its scale is kept): windows
+  holding the missing stretch would look novel to the model for a window length and alert. A stream never seen
+  before starts with its first value.
 - **Unscorable steps.** A gap-filled step, or a reading with a channel missing in its prepared value, has no
   distance (NaN): the detector neither scores nor learns it.
 - **Warm-up.** A stream is *warming* until it has ``detector.min_count`` scored readings; a warming reading never
@@ -34,6 +40,9 @@ Policies:
   its learned scale is kept (the sensor did not change). ``reset_stream`` (a new patient on a bed) restarts the scale
   too. The alert tracker is kept: episode numbers keep counting and an open episode stays open until post-warm-up
   scores clear it.
+- **Bed events.** ``close_episodes`` clears open episodes on request (a new patient, a discharge); ``move_stream``
+  gives one stream id's whole state to another (a patient moved to another bed) by renaming its rows in every
+  holder, so the new id scores on without a warm-up.
 - **Model swap.** Same file (sha256) and card: everything is kept. Same inputs (channels, window, differencing,
   normalisation, scaling) but other weights: windows and scales are kept, the detector restarts (two models'
   distances are on different scales). Other inputs: windows restart too (pending readings are discarded). Alert
@@ -64,7 +73,10 @@ log = logging.getLogger(__name__)
 
 MONITOR_COUNTERS = ("ticks", "engine_calls", "engine_rows", "scored", "detections", "alerts_raised",
                     "alerts_updated", "alerts_cleared", "streams_reset", "streams_removed", "model_swaps",
-                    "implausible_values", "sensor_faults_raised", "sensor_faults_cleared")  # fmt: skip
+                    "implausible_values", "sensor_faults_raised", "sensor_faults_cleared", "disconnected_readings",
+                    "streams_moved")  # fmt: skip
+DISCONNECTED = ""
+"""The channel of a stream-wide sensor fault: the stream said its sensor is not connected."""
 
 
 @dataclass
@@ -106,7 +118,8 @@ class AlertOut:
 @dataclass
 class SensorEvent:
     """A sensor fault of one channel: ``raised`` by an implausible value, ``cleared`` by a plausible one (or the
-    stream's removal); ``value`` is the value that changed the state (NaN on removal)."""
+    stream's removal); ``value`` is the value that changed the state (NaN on removal). Channel ``DISCONNECTED``: the
+    stream's sensor is not connected (raised by a disconnected reading, cleared by a reading with a value)."""
 
     stream: str
     channel: str
@@ -115,6 +128,11 @@ class SensorEvent:
     low: float  # the channel's plausible range
     high: float
     timestamp: float
+
+    @property
+    def fault(self) -> str:
+        """``implausible`` (a channel's value out of range) or ``disconnected`` (the stream's sensor)."""
+        return "disconnected" if self.channel == DISCONNECTED else "implausible"
 
 
 @dataclass
@@ -254,6 +272,9 @@ class Monitor:
             else:
                 faults.discard(channel)
                 self._sensor_event(reading.stream, channel, "cleared", float(value), stamp)
+        if DISCONNECTED in faults and any(v == v for v in reading.values.values()):
+            faults.discard(DISCONNECTED)
+            self._sensor_event(reading.stream, DISCONNECTED, "cleared", math.nan, stamp)
         if faults:
             self._faults[reading.stream] = faults
         else:
@@ -264,7 +285,7 @@ class Monitor:
         return self._bounds[self.engine.card.channels[0]] if self.independent else self._bounds.get(channel)
 
     def _sensor_event(self, stream: str, channel: str, state: str, value: float, stamp: float) -> None:
-        low, high = self._bounds_of(channel) or (math.nan, math.nan)
+        low, high = (channel != DISCONNECTED and self._bounds_of(channel)) or (math.nan, math.nan)
         self._sensor.append(SensorEvent(stream, channel, state, value, low, high, stamp))
         self._counters[f"sensor_faults_{state}"] += 1
 
@@ -295,16 +316,21 @@ class Monitor:
 
         ``now`` is the arrival time on ``tick``'s clock (starts the ``settle`` wait); without it the next tick
         stamps the arrival. Never raises on data: see ``windows.WINDOW_REJECTIONS``. A reading of a
-        channel-independent model is accepted when any of its channels is.
+        channel-independent model is accepted when any of its channels is. A disconnected reading is accepted and
+        not filed (module docstring).
         """
+        if reading.disconnected:
+            return self._disconnected(reading, now)
         bad = self._implausible(reading)
         if bad:
             reading = Reading(reading.stream, reading.timestamp,
                               {k: math.nan if k in bad else v for k, v in reading.values.items()})  # fmt: skip
+        # The sensor is back from a disconnection: the stream starts afresh at this reading.
+        back = DISCONNECTED in self._faults.get(reading.stream, ()) and any(v == v for v in reading.values.values())
         kinds = []
         for lane in self._lanes(reading):
             before = self._store.n_streams
-            kinds.append(self._store.ingest(lane, now))
+            kinds.append(self._store.ingest(lane, now, reset=back))
             if self._store.n_streams > before:
                 self._register_lane(lane.stream, reading.stream)
         if None not in kinds:
@@ -313,6 +339,20 @@ class Monitor:
         self._seen[self._index[reading.stream]] = stamp
         if bad or reading.stream in self._faults:
             self._track_faults(reading, bad, stamp)
+        return None
+
+    def _disconnected(self, reading: Reading, now: float | None) -> None:
+        """A known stream is alive and says its sensor is off: report that once (a new stream waits for a value)."""
+        self._counters["disconnected_readings"] += 1
+        i = self._index.get(reading.stream)
+        if i is None:
+            return None
+        stamp = time.time() if now is None else now
+        self._seen[i] = stamp
+        faults = self._faults.setdefault(reading.stream, set())
+        if DISCONNECTED not in faults:
+            faults.add(DISCONNECTED)
+            self._sensor_event(reading.stream, DISCONNECTED, "raised", math.nan, stamp)
         return None
 
     def period_mismatches(self, factor: float = 2.0) -> dict[str, float]:
@@ -523,13 +563,7 @@ class Monitor:
             self._stream_lanes(stream)  # unknown names are refused before anything changes
         idx = np.array(sorted({self._index[s] for s in streams}), dtype=np.int64)
         lanes = np.flatnonzero(np.isin(self._lane_stream, idx))
-        out = []
-        missing = dict.fromkeys(self._store.channels, math.nan)
-        for i in idx[self._tracker.active_[idx]].tolist():
-            stream, severity = self._names[i], SEVERITIES[int(self._tracker.severity_[i])]
-            out.append(AlertOut(episode_id(stream, self._tracker.episode_[i]), stream, "cleared", severity, math.nan,
-                                math.nan, "", dict(missing), math.nan, math.nan, stamp))  # fmt: skip
-            self._counters["alerts_cleared"] += 1
+        out = self._close(idx, stamp)
         for i in idx.tolist():
             for channel in sorted(self._faults.pop(self._names[i], ())):
                 self._sensor_event(self._names[i], channel, "cleared", math.nan, stamp)
@@ -547,6 +581,50 @@ class Monitor:
         self._names = [name for i, name in enumerate(self._names) if i not in removed]
         self._index = {name: i for i, name in enumerate(self._names)}
         self._counters["streams_removed"] += len(idx)
+        return out
+
+    def close_episodes(self, streams: list[str], now: float | None = None) -> list[AlertOut]:
+        """Clear the open episodes of ``streams`` on request (a new patient, a discharge): a ``cleared`` event each;
+        their next alert opens a new episode. Unknown names are refused before anything changes."""
+        idx = np.array(sorted({self._stream_lanes(s)[0] for s in streams}), dtype=np.int64)
+        return self._close(idx, time.time() if now is None else now)
+
+    def _close(self, idx: np.ndarray, stamp: float) -> list[AlertOut]:
+        out = []
+        missing = dict.fromkeys(self._store.channels, math.nan)
+        for i in idx[self._tracker.active_[idx]].tolist():
+            stream, severity = self._names[i], SEVERITIES[int(self._tracker.severity_[i])]
+            out.append(AlertOut(episode_id(stream, self._tracker.episode_[i]), stream, "cleared", severity, math.nan,
+                                math.nan, "", dict(missing), math.nan, math.nan, stamp))  # fmt: skip
+            self._counters["alerts_cleared"] += 1
+        self._tracker.close(idx)
+        return out
+
+    def move_stream(self, old: str, new: str, now: float | None = None) -> list[AlertOut]:
+        """Give stream ``old``'s state to the id ``new`` (a patient moved to another bed): its windows with their
+        pending readings, scales, detector and step-engine state and arrival time, so ``new`` scores on without a
+        warm-up; ``old`` is gone. An episode's id names its stream, so the open episodes of both are cleared;
+        ``new``'s own state, if any, is removed first; ``new``'s episode numbers continue above both ids'. Sensor
+        faults belong to the old id's sensors: they are cleared with it. Returns the ``cleared`` events."""
+        if old == new:
+            raise ValueError(f"cannot move stream {old!r} onto itself")
+        self._stream_lanes(old)
+        stamp = time.time() if now is None else now
+        out, episodes = [], 0
+        if new in self._index:
+            episodes = int(self._tracker.episode_[self._index[new]])
+            out += self.remove_streams([new], stamp)
+        i, lanes = self._stream_lanes(old)
+        out += self._close(np.array([i]), stamp)
+        for channel in sorted(self._faults.pop(old, ())):
+            self._sensor_event(old, channel, "cleared", math.nan, stamp)
+        for lane in lanes.tolist():  # a channel-independent model's lanes are named stream + separator + channel
+            self._store.rename_stream(lane, new + self._store.names[lane][len(old):])
+        self._names[i] = new
+        del self._index[old]
+        self._index[new] = i
+        self._tracker.episode_[i] = max(episodes, int(self._tracker.episode_[i]))
+        self._counters["streams_moved"] += 1
         return out
 
     def swap_engine(self, engine: Engine) -> None:

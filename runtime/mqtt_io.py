@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
@@ -112,6 +112,7 @@ class Telemetry:
     dropped: bool = False
     channel: str | None = None  # the channel a {channel} topic level names (the payload is then one number)
     pattern: str = ""  # the [mqtt] topics template the topic matched
+    control: str = ""  # a control topic's [topics] field (commands, bed_events): a request, not telemetry
 
 
 class TelemetryQueue:
@@ -256,10 +257,14 @@ class MqttLink:
         status: dict,
         on_drop: Callable[[Telemetry], None] | None = None,
         on_refused: Callable[[str, str], None] | None = None,
+        control: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
         self.queue = queue
         self.templates = [TopicTemplate(t) for t in config.topics]
+        # Control topic filter -> its [topics] field; queued with the telemetry so a request keeps its place among
+        # the readings (an admit between the old patient's readings and the new one's).
+        self.control = dict(control or {})
         self.status_topic = status_topic
         self._status = dict(status)
         self._on_drop = on_drop
@@ -391,7 +396,7 @@ class MqttLink:
         self._attempt = 0
         client.reconnect_delay_set(self.config.reconnect_min, self.config.reconnect_min)
         # Subscribing again on every connect is the normal path: a broker that lost the session still works.
-        client.subscribe([(t.filter, self.config.qos) for t in self.templates])
+        client.subscribe([(t.filter, self.config.qos) for t in self.templates] + [(f, 1) for f in self.control])
         self.publish_status({"state": "online", "reason": ""})
         log.info("connected to %s:%s (session present: %s), subscribed to %s", self.config.host, self.config.port,
                  flags.session_present, [t.filter for t in self.templates])  # fmt: skip
@@ -403,6 +408,10 @@ class MqttLink:
             self.last_error = f"broker refused the subscription to {refused}; check the broker's ACL for this user"
             log.error("%s", self.last_error)
         self.subscribed = len(refused) < len(self.templates)
+        control = [f for f, code in zip(self.control, reason_codes[len(self.templates):]) if code.is_failure]
+        if control:  # requests cannot arrive; telemetry still does, so the daemon stays ready
+            log.error("broker refused the subscription to the control topics %s: operator commands and bed events "
+                      "are not received; check the broker's ACL for this user", control)  # fmt: skip
 
     def _next_delay(self) -> float:
         delay = backoff_delay(self._attempt, self.config.reconnect_min, self.config.reconnect_max, self._rng)
@@ -426,9 +435,16 @@ class MqttLink:
                         reason_code, delay)  # fmt: skip
 
     def _on_message(self, client, userdata, message: mqtt.MQTTMessage) -> None:
+        control = next((kind for f, kind in self.control.items() if mqtt.topic_matches_sub(f, message.topic)), "")
+        if control:
+            self._enqueue(Telemetry(message.topic, None, message.topic, message.payload, time.time(), control=control))
+            return
         pattern, stream, channel = match_topic(self.templates, message.topic)
         item = Telemetry(stream if stream is not None else message.topic, stream, message.topic, message.payload,
                          time.time(), pattern is not None, channel=channel, pattern=pattern or "")  # fmt: skip
+        self._enqueue(item)
+
+    def _enqueue(self, item: Telemetry) -> None:
         victim = self.queue.put(item)
         if victim is not None and self._on_drop is not None:
             self._on_drop(victim)

@@ -146,11 +146,15 @@ class PayloadError(ValueError):
 
 @dataclass(frozen=True)
 class Reading:
-    """One time point of one stream: channel name → value (NaN = missing), time in epoch seconds."""
+    """One time point of one stream: channel name → value (NaN = missing), time in epoch seconds.
+
+    ``disconnected``: the sensor said it is not connected (``mark_disconnected``); every value is missing.
+    """
 
     stream: str
     timestamp: float
     values: dict[str, float]
+    disconnected: bool = False
 
 
 @dataclass(frozen=True)
@@ -264,6 +268,40 @@ def channel_renames(entries: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def disconnected_codes(entries: Iterable[str]) -> dict[str, float]:
+    """``["HR=0", "*=null"]`` → ``{"HR": 0.0, "*": nan}``: per channel (``*`` = any other), the value its sensor sends
+    when it is not connected; ``null`` says a missing value means that."""
+    out: dict[str, float] = {}
+    for entry in entries:
+        channel, sep, code = (part.strip() for part in entry.partition("="))
+        try:
+            value = math.nan if code == "null" else float(code)
+        except ValueError:
+            value = math.inf
+        if not sep or not channel or math.isinf(value):
+            raise ValueError(f"disconnected entry {entry.strip()!r} must look like CHANNEL=NUMBER or CHANNEL=null "
+                             "(CHANNEL * for every channel)")
+        out[channel] = value
+    return out
+
+
+def mark_disconnected(reading: Reading, codes: Mapping[str, float]) -> Reading:
+    """The reading with each value equal to its channel's disconnected code (``disconnected_codes``) filed as
+    missing; ``disconnected`` when that leaves every value missing. A reading without a code stays as it is: a
+    missing value alone (an hour without charted vitals) says nothing about the sensor unless ``null`` is the code."""
+    if not codes:
+        return reading
+    values, coded = {}, False
+    for channel, value in reading.values.items():
+        code = codes.get(channel, codes.get("*"))
+        hit = code is not None and (value == code or (code != code and value != value))
+        coded |= hit
+        values[channel] = math.nan if hit else value
+    if not coded:
+        return reading
+    return Reading(reading.stream, reading.timestamp, values, all(v != v for v in values.values()))
+
+
 def _bytes(payload: bytes, max_bytes: int) -> bytes:
     """The message's bytes within the size limit."""
     if isinstance(payload, str):
@@ -297,6 +335,11 @@ def _decode(payload: bytes, max_bytes: int) -> Any:
         raise PayloadError("not_json", "the message nests arrays/objects too deeply") from None
     except ValueError as exc:
         raise PayloadError("not_json", f"the message is not JSON: {exc}") from None
+
+
+def decode_json(payload: bytes, max_bytes: int) -> Any:
+    """A JSON message within the readings' limits (size, UTF-8, nesting, unique keys); PayloadError otherwise."""
+    return _decode(payload, max_bytes)
 
 
 def _integer(text: str) -> int | float:

@@ -26,7 +26,8 @@ Policies (``WindowConfig`` holds the knobs):
 - **Gaps.** Between two finalised steps up to ``max_gap`` missing steps are filled with NaN (the model sees them
   as missing; they are not readings and are not scored). A longer gap resets the stream: its window and
   differencing memory start from NaN again, as at a new stream (``resets``), and the next row is flagged so the
-  monitor resets its score state too.
+  monitor resets its score state too. ``ingest(..., reset=True)`` restarts a stream the same way at that reading's
+  step (a sensor back from a disconnection), whatever is still pending before it.
 - **Preparation.** Differencing ``card.differencing`` times uses the stream's last raw values (NaN after a gap or
   reset, as at the start of a recording), then ``card.normalisation`` applies. A step whose prepared value has a
   NaN channel is *incomplete*: the model masks such a step, so its masked/unmasked score would be a meaningless 0.
@@ -139,6 +140,7 @@ class _Pending:
     values: np.ndarray  # [C] float64
     timestamp: float
     arrival: float  # NaN until the next collect stamps it, when ingest was given no clock
+    reset: bool = False  # the stream restarts at this step
 
 
 class WindowStore:
@@ -237,6 +239,14 @@ class WindowStore:
         self.names = [name for name, k in zip(self.names, keep) if k]
         self.index = {name: i for i, name in enumerate(self.names)}
 
+    def rename_stream(self, i: int, name: str) -> None:
+        """Give stream ``i`` another name, keeping its state (a stream that moved to another id)."""
+        if name in self.index:
+            raise ValueError(f"stream {name!r} already exists")
+        del self.index[self.names[i]]
+        self.names[i] = name
+        self.index[name] = i
+
     def request_reset(self, i: int) -> None:
         """Reset stream ``i`` before its next step (window, differencing memory; the monitor its scores)."""
         self._started[i] = False
@@ -264,11 +274,11 @@ class WindowStore:
         """The absolute step index of a timestamp (nearest multiple of the period)."""
         return int(math.floor(timestamp / self.config.period + 0.5))
 
-    def ingest(self, reading: Reading, now: float | None = None) -> str | None:
+    def ingest(self, reading: Reading, now: float | None = None, reset: bool = False) -> str | None:
         """Add a reading to its step; None when accepted (merged, possibly as a duplicate), else why it was dropped.
 
         ``now`` is the arrival time on the clock later given to ``collect`` (it starts the ``settle`` wait);
-        without it, the next ``collect`` stamps the step's arrival.
+        without it, the next ``collect`` stamps the step's arrival. ``reset``: the stream restarts at this step.
         """
         try:
             known = [(self._column[name], float(v)) for name, v in reading.values.items() if name in self._column]
@@ -310,6 +320,7 @@ class WindowStore:
             pending = _Pending(np.full(len(self.channels), np.nan), timestamp,
                                math.nan if now is None else float(now))  # fmt: skip
             self._pending[i][k] = pending
+        pending.reset |= reset
         duplicate = False
         for col, value in known:
             if math.isnan(value):
@@ -387,7 +398,7 @@ class WindowStore:
             n = 0
             for step in ready:
                 entry = pending.pop(step)
-                if prev is not None and step - prev - 1 > self.config.max_gap:
+                if entry.reset or prev is not None and step - prev - 1 > self.config.max_gap:
                     self.counters["resets"] += 1
                     if n:
                         seg_stream.append(i)
@@ -515,6 +526,7 @@ class WindowStore:
         state["pending_values"] = np.array([p.values for _, _, p in pend]).reshape(len(pend), len(self.channels))
         state["pending_timestamp"] = np.array([p.timestamp for _, _, p in pend], dtype=np.float64)
         state["pending_arrival"] = np.array([p.arrival for _, _, p in pend], dtype=np.float64)
+        state["pending_reset"] = np.array([p.reset for _, _, p in pend], dtype=bool)
         return state
 
     @classmethod
@@ -544,9 +556,11 @@ class WindowStore:
             target[...] = arr
         store.counters.update(saved["counters"])
         values = np.asarray(state["pending_values"], dtype=np.float64).reshape(-1, len(store.channels))
-        for i, k, v, ts, arrival in zip(np.asarray(state["pending_stream"]).tolist(),
-                                        np.asarray(state["pending_step"]).tolist(), values,
-                                        np.asarray(state["pending_timestamp"], dtype=np.float64).tolist(),
-                                        np.asarray(state["pending_arrival"], dtype=np.float64).tolist()):  # fmt: skip
-            store._pending[int(i)][int(k)] = _Pending(v.copy(), float(ts), float(arrival))
+        resets = np.asarray(state.get("pending_reset", np.zeros(len(values), dtype=bool)), dtype=bool).tolist()
+        for i, k, v, ts, arrival, reset in zip(np.asarray(state["pending_stream"]).tolist(),
+                                               np.asarray(state["pending_step"]).tolist(), values,
+                                               np.asarray(state["pending_timestamp"], dtype=np.float64).tolist(),
+                                               np.asarray(state["pending_arrival"], dtype=np.float64).tolist(),
+                                               resets):  # fmt: skip
+            store._pending[int(i)][int(k)] = _Pending(v.copy(), float(ts), float(arrival), bool(reset))
         return store

@@ -1,7 +1,8 @@
 """The production broker config (deploy/mosquitto/mosquitto.conf and acl, only paths and port substituted) on a real
 Mosquitto with TLS: clients without valid credentials are refused, a bed publisher cannot write another bed's topic
 (MQTT 5 QoS 1: PUBACK reason 135 and nothing delivered), the monitor reads telemetry and writes only its outputs
-(and Sparkplug rebirth requests), and a daemon logged in as the monitor user scores a bed's reading through it."""
+(and Sparkplug rebirth requests), a daemon logged in as the monitor user scores a bed's reading through it, and an
+operator's ack reaches that daemon while the same ack from a bed account is refused by the broker."""
 from __future__ import annotations
 
 import getpass
@@ -21,7 +22,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from trep_edge.local_broker import MOSQUITTO, free_port, wait_port
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "mosquitto"
-USERS = {"bed01": "pw-bed01", "bed02": "pw-bed02", "trep-edge": "pw-monitor", "dashboard": "pw-dashboard"}
+USERS = {"bed01": "pw-bed01", "bed02": "pw-bed02", "trep-edge": "pw-monitor", "dashboard": "pw-dashboard",
+         "operator": "pw-operator", "his": "pw-his"}
 NOT_AUTHORIZED = 135
 
 
@@ -175,5 +177,51 @@ def test_a_daemon_logged_in_as_the_monitor_scores_a_beds_reading(acl_broker, log
         assert "trep-edge/scores/bed01" in topics, (topics, daemon.log_text())
         status = [json.loads(p) for t, p in dashboard.messages if t.startswith("trep-edge/status/")]
         assert status and status[-1]["state"] == "online" and status[-1]["shard"] == "0/1"
+    finally:
+        daemon.stop()
+
+
+def test_an_operators_ack_reaches_the_monitor_and_a_beds_is_refused_by_the_broker(acl_broker, login, tmp_path,
+                                                                                    univariate_model, ucr_series):
+    from test_daemon_lifecycle import SPIKE, _series
+
+    port, tls = acl_broker
+    tables = daemon_tables(SimpleNamespace(port=port), univariate_model, tmp_path, mqtt={
+        "topics": ["icu/{bed}/vitals"], "tls": True, "ca_file": str(tls.ca), "username": "trep-edge"},
+        alerts={"clear_after": 100_000}, monitor={"tick_interval": 0.1})  # fmt: skip
+    daemon = DaemonProcess(tmp_path, tables, env={"TREP_EDGE_MQTT_PASSWORD": USERS["trep-edge"]})
+    operator, bed, his = login("operator", subscribe="trep-edge/#"), login("bed01"), login("his")
+    try:
+        daemon.start()
+        daemon.wait_http("/readyz")
+        t0 = float(int(time.time())) - 1000
+        for k, value in enumerate(_series(ucr_series)[: SPIKE + 5]):
+            assert bed.publish("icu/bed01/vitals", json.dumps({"ts": t0 + k, "values": {"value": float(value)}})) == 0
+
+        def received(topic: str) -> list[dict]:
+            return [json.loads(p) for t, p in list(operator.messages) if t.startswith(topic)]
+
+        deadline = time.monotonic() + 20
+        while not received("trep-edge/alerts/bed01") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [raised] = received("trep-edge/alerts/bed01")
+        ack = {"command": "ack", "alert_id": raised["alert_id"], "by": "nurse.k"}
+        assert bed.publish("trep-edge/commands", json.dumps({**ack, "by": "bed01"})) == NOT_AUTHORIZED
+        assert bed.publish("trep-edge/beds", json.dumps({"event": "discharge", "stream": "bed01"})) == NOT_AUTHORIZED
+        assert his.publish("trep-edge/commands", json.dumps(ack)) == NOT_AUTHORIZED  # bed events only
+        assert operator.publish("trep-edge/commands", json.dumps(ack)) == 0
+        deadline = time.monotonic() + 10
+        while not received("trep-edge/replies/") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [reply] = received("trep-edge/replies/")  # the forged ones never reached the daemon: no reply of theirs
+        assert (reply["result"], reply["by"], reply["alert_id"]) == ("accepted", "nurse.k", raised["alert_id"])
+        assert daemon.metrics()['trep_edge_control_requests_total{request="ack",result="accepted"}'] == 1
+
+        assert his.publish("trep-edge/beds", json.dumps({"event": "discharge", "stream": "bed01"})) == 0
+        deadline = time.monotonic() + 10
+        while len(received("trep-edge/alerts/bed01")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cleared = received("trep-edge/alerts/bed01")[-1]  # the episode's next message says who acknowledged it
+        assert (cleared["state"], cleared["acknowledged"], cleared["acknowledged_by"]) == ("cleared", True, "nurse.k")
     finally:
         daemon.stop()

@@ -204,6 +204,28 @@ def test_removing_a_stream_clears_its_open_sensor_faults(vitals_engine):
     assert monitor.counters["sensor_faults_cleared"] == 1
 
 
+def test_a_disconnected_sensor_is_reported_once_its_readings_never_scored_and_its_next_value_clears_it(
+    univariate_engine,
+):
+    monitor = Monitor(univariate_engine, detector=cold(1))
+
+    def off(stream, t):
+        return Reading(stream, float(T0 + t), {"value": float("nan")}, disconnected=True)
+
+    assert monitor.ingest(off("new", 0)) is None and monitor.tick(T0).sensor == []  # nothing to score or report yet
+    assert "new" not in monitor.streams
+    scored, events = [], []
+    for t, reading in enumerate(faulty("a", range(10)) + [off("a", t) for t in range(10, 40)] + faulty("a", [40, 41])):
+        assert monitor.ingest(reading, now=100.0 + t) is None
+        result = monitor.tick(reading.timestamp)
+        scored += [s.step - T0 for s in result.scored]
+        events += [(e.stream, e.channel, e.fault, e.state, t) for e in result.sensor]
+    assert events == [("a", "", "disconnected", "raised", 10), ("a", "", "disconnected", "cleared", 40)]
+    assert scored == [*range(10), 40, 41]  # the disconnected steps are a gap: not readings, never scored
+    assert monitor.counters["disconnected_readings"] == 31 and monitor.silent(139.5, after=1.0) == []  # alive
+    assert monitor.streams == {"a": "warming"}  # back from a disconnection, the stream starts afresh
+
+
 def test_duplicates_are_accepted_and_counted_late_readings_refused_unknown_channels_dropped(univariate_engine):
     monitor = Monitor(univariate_engine)
     assert monitor.ingest(value("a", 0, 1.0)) is None
@@ -345,6 +367,59 @@ def test_episodes_outlive_resets_and_swaps_and_their_numbers_keep_counting(univa
     assert monitor.counters["streams_reset"] == 1 and monitor.counters["model_swaps"] == 2
     with pytest.raises(KeyError):
         monitor.reset_stream("nope")
+
+
+@pytest.mark.parametrize("independent", [False, True])
+def test_a_moved_stream_scores_on_under_its_new_id_exactly_as_if_it_had_not_moved(univariate_engine, independent):
+    engine = with_card(univariate_engine, channel_mode="independent") if independent else univariate_engine
+
+    def readings(stream, times):
+        extra = {"other": 1.0} if independent else {}
+        return [value(stream, t, np.cos(t / 3) + (FAULT if t == 45 else 0.0), **extra) for t in times]
+
+    def outputs(scored, alerts):
+        return ([(s.step, s.surprise, s.warming, s.alert, s.channel) for s in scored],
+                [(a.state, a.window_end) for a in alerts])  # fmt: skip
+
+    stayed = Monitor(engine, detector=cold(5, refractory=1))
+    run(stayed, readings("a", range(30)))
+    expected = outputs(*run(stayed, readings("a", range(30, 60))))
+    moved = Monitor(engine, detector=cold(5, refractory=1))
+    run(moved, readings("a", range(30)))
+    assert moved.move_stream("a", "b", now=5.0) == []
+    assert list(moved.streams) == ["b"] and moved.counters["streams_moved"] == 1
+    got = outputs(*run(moved, readings("b", range(30, 60))))
+    np.testing.assert_equal(got, expected)  # NaN-aware: same scores, same alerts
+    # No warm-up under the new id: every reading is scored at once, and the fault alerts.
+    assert not any(warming for _, _, warming, _, _ in got[0]) and got[1][0] == ("raised", float(T0 + 45))
+    restored = Monitor.from_state(engine, npz_round_trip(moved.state_dict()))  # names and rows stay consistent
+    assert restored.streams == moved.streams
+
+
+def test_moving_onto_a_known_stream_replaces_it_and_clears_both_ids_episodes(univariate_engine):
+    monitor = Monitor(univariate_engine, alerts=AlertConfig(clear_after=1), detector=cold(1, refractory=1))
+    _, alerts = run(monitor, faulty("b", range(4), faults=[3]) + faulty("a", range(22), faults=[3, 20]))
+    opened = {a.stream: a.alert_id for a in alerts if a.state == "raised"}
+    assert opened == {"a": "a-3", "b": "b-1"} and not {a.alert_id for a in alerts if a.state == "cleared"} & {
+        "a-3", "b-1"}  # fmt: skip
+    cleared = monitor.move_stream("a", "b", now=99.0)
+    assert [(a.alert_id, a.state, a.timestamp) for a in cleared] == [("b-1", "cleared", 99.0), ("a-3", "cleared", 99.0)]
+    assert list(monitor.streams) == ["b"]
+    _, alerts = run(monitor, faulty("b", range(22, 40), faults=[30]))
+    assert alerts and (alerts[0].alert_id, alerts[0].state) == ("b-4", "raised")  # above both ids' episodes
+    with pytest.raises(KeyError):
+        monitor.move_stream("a", "c")
+    with pytest.raises(ValueError):
+        monitor.move_stream("b", "b")
+
+
+def test_closing_episodes_on_request_clears_them_and_the_next_alert_opens_a_new_one(univariate_engine):
+    monitor = Monitor(univariate_engine, alerts=AlertConfig(clear_after=100), detector=cold(1, refractory=1))
+    run(monitor, faulty("a", range(5), faults=[3]))
+    assert [(a.alert_id, a.state) for a in monitor.close_episodes(["a"], now=6.0)] == [("a-1", "cleared")]
+    assert monitor.close_episodes(["a"]) == []
+    _, alerts = run(monitor, faulty("a", range(5, 25), faults=[20]))
+    assert alerts and (alerts[0].alert_id, alerts[0].state) == ("a-2", "raised")
 
 
 # state and hot swap
