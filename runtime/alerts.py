@@ -57,12 +57,16 @@ class AlertConfig:
         pending: publish a stream's ``pending`` status (and ``ok`` when it passes without an alert) once per run of
             readings the detector counts towards an alert that has not come yet (``[detector] debounce`` > 1, or
             the refractory period holding it back); off by default so that the bus is not flooded.
+        explain: attach each channel's contribution to the score, the top channels and their expected and seen
+            values to every raised and updated alert (``explain.py``; a fixed-channel model runs one extra engine
+            call with a row per channel for the readings that raise or escalate an alert, docs/performance.md).
     """
 
     clear_after: int = 3
     clear_ratio: float = 0.8
     critical_ratio: float = 1.5
     pending: bool = False
+    explain: bool = True
 
     def __post_init__(self) -> None:
         if self.clear_after < 1:

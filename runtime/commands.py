@@ -101,7 +101,8 @@ def score(args: argparse.Namespace) -> int:
     print(f"detector alerts at steps {result.alerts.nonzero()[0].tolist()[:20]}"
           + (" ..." if result.alerts.sum() > 20 else ""))  # fmt: skip
     for step, state, severity, alert_id in result.events:
-        print(f"  step {step}: {alert_id} {state} ({severity})")
+        why = result.explanations.get(step)
+        print(f"  step {step}: {alert_id} {state} ({severity})" + (f", top: {', '.join(why.top)}" if why else ""))
     if result.labels is not None and result.labels.any():
         idx = result.labels.nonzero()[0]
         print(f"labelled anomaly steps {idx[0]}..{idx[-1]} ({int(result.labels.sum())} steps)")

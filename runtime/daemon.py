@@ -109,6 +109,7 @@ def alert_message(alert: AlertOut, engine: Engine, revision: str) -> dict[str, A
         "timestamp": finite_or_none(alert.timestamp),
         "window_start": finite_or_none(alert.window_start),
         "window_end": finite_or_none(alert.window_end),
+        "explanation": None if alert.explanation is None else alert.explanation.to_dict(),
     })  # fmt: skip
 
 

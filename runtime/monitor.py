@@ -62,6 +62,7 @@ import numpy as np
 from .alerts import SEVERITIES, AlertConfig, AlertEvent, AlertTracker, episode_id
 from .detector import Detector, DetectorConfig, window_deviation
 from .engine import Engine
+from .explain import Explanation, Subject, explain_readings
 from .payloads import Reading
 from .preprocess import StreamScaler, plausible_bounds, scale_windows
 from .scoring import raw_score
@@ -113,6 +114,8 @@ class AlertOut:
     window_start: float
     window_end: float
     timestamp: float
+    # Raised and updated alerts with [alerts] explain: each channel's contribution to the score (explain.py).
+    explanation: Explanation | None = None
 
 
 @dataclass
@@ -378,14 +381,15 @@ class Monitor:
             started = time.perf_counter()
             self._refresh_steps()
             seconds = time.perf_counter() - started
-        # The step engine needs no windows, but the deviation signal reads each scored step's window.
-        with_windows = self._steps is None or "deviation" in self.detector_config.signals
+        # The step engine needs no windows, but the deviation signal and explanations read each scored step's window.
+        with_windows = self._steps is None or "deviation" in self.detector_config.signals or self.alert_config.explain
         batch = self._store.collect(now, with_windows=with_windows)
         self._counters["ticks"] += 1
         rounds = lane_rounds(self._lane_stream[batch.stream_idx], batch.step)
         raw = np.full(len(batch), np.nan)
         deviation = np.full(len(batch), np.nan)
         z = np.zeros((len(batch), self.engine.card.repr_dims), dtype=np.float32)
+        inputs = batch.windows  # the windows the model saw, one per complete row (scaled for stream-scaled models)
         rows_sent = 0
         started = time.perf_counter()
         if self._steps is not None:
@@ -397,10 +401,10 @@ class Monitor:
                 deviation[batch.complete] = window_deviation(batch.windows)
         elif batch.windows.shape[0]:
             complete = np.flatnonzero(batch.complete)
-            windows = self._scaled_windows(batch, rounds, complete)
-            z_unmasked, z_masked = self.engine.last_step_pair(windows, batch.starts)
+            inputs = self._scaled_windows(batch, rounds, complete)
+            z_unmasked, z_masked = self.engine.last_step_pair(inputs, batch.starts)
             raw[complete], z[complete] = raw_score(z_unmasked, z_masked), z_unmasked
-            deviation[complete] = window_deviation(windows)
+            deviation[complete] = window_deviation(inputs)
             rows_sent = 2 * len(complete)
             self._counters["engine_calls"] += 1
         seconds += time.perf_counter() - started
@@ -408,8 +412,10 @@ class Monitor:
         scored: list[ScoredReading] = []
         alerts: list[AlertOut] = []
         # One round = at most one step per stream; a stream's later steps need the state its earlier ones left.
+        window_of = np.cumsum(batch.complete) - 1 if len(inputs) else np.full(len(batch), -1)
+        window_of[~batch.complete] = -1
         for rows in rounds:
-            self._step_round(batch, rows, raw[rows], z[rows], deviation[rows], scored, alerts)
+            self._step_round(batch, rows, raw[rows], z[rows], deviation[rows], (inputs, window_of), scored, alerts)
         sensor, self._sensor = self._sensor, []
         gate, rows = self._detector.gate, {s.stream: self._index[s.stream] for s in scored}
         at = np.fromiter(rows.values(), dtype=np.int64, count=len(rows))
@@ -461,6 +467,7 @@ class Monitor:
         raw: np.ndarray,
         z: np.ndarray,
         deviation: np.ndarray,
+        inputs: tuple[np.ndarray, np.ndarray],
         scored: list[ScoredReading],
         alerts: list[AlertOut],
     ) -> None:
@@ -500,13 +507,47 @@ class Monitor:
                 window_start=(step - w + 1) * period, window_end=step * period,
             ))  # fmt: skip
         position = {s: j for j, s in enumerate(streams.tolist())} if events else {}
+        explained = self._explain(batch, rows, lane_of, out.lane_score, inputs,
+                                  [position[e.stream_idx] for e in events if e.state != "cleared"])  # fmt: skip
         for event in events:
             j = position[event.stream_idx]
             row = int(first_row[j])
             step = int(batch.step[row])
             stamp = float(np.nanmin(batch.timestamp[rows[lane_of == j]])) if is_reading[j] else math.nan
             vals = values[j] if values is not None else self._values(batch.raw[row])
-            alerts.append(self._alert_out(event, self._channel(int(out.lane[j])), vals, step, stamp))
+            alerts.append(self._alert_out(event, self._channel(int(out.lane[j])), vals, step, stamp,
+                                          explained.get(j)))  # fmt: skip
+
+    def _explain(
+        self,
+        batch: StepBatch,
+        rows: np.ndarray,
+        lane_of: np.ndarray,
+        lane_score: np.ndarray,
+        inputs: tuple[np.ndarray, np.ndarray],
+        positions: list[int],
+    ) -> dict[int, Explanation]:
+        """Explanations of the round's streams at ``positions`` (those raising or escalating an episode)."""
+        if not positions or not self.alert_config.explain:
+            return {}
+        windows, window_of = inputs
+        nan_window = np.full(windows.shape[1:], np.nan, dtype=np.float32)
+        subjects = []
+        for j in positions:
+            mine = rows[lane_of == j]
+            lanes = batch.stream_idx[mine]
+            at = window_of[mine]
+            # Before per-stream scaling, which the expected values are read back through the card's normalisation.
+            prepared = np.stack([batch.windows[k] if k >= 0 else nan_window for k in at.tolist()])
+            if self.independent:
+                subjects.append(Subject(tuple(self._channel(int(lane)) for lane in lanes), lanes, prepared,
+                                        batch.raw[mine, 0], lane_score[lane_of == j]))  # fmt: skip
+            else:
+                subjects.append(Subject(tuple(self._store.channels), lanes, prepared, batch.raw[mine[0]],
+                                        lane_score[lane_of == j], windows[at], int(batch.step[mine[0]]) -
+                                        self._store.window + 1))  # fmt: skip
+        return dict(zip(positions, explain_readings(self.engine, self._detector, subjects,
+                                                    self.detector_config.threshold)))  # fmt: skip
 
     def _channel(self, lane: int) -> str:
         """The channel a lane scores: its name after the separator (channel-independent models), else ""."""
@@ -518,7 +559,8 @@ class Monitor:
         return dict(zip(self._store.channels, raw.tolist()))
 
     def _alert_out(
-        self, event: AlertEvent, channel: str, values: dict[str, float], step: int, stamp: float
+        self, event: AlertEvent, channel: str, values: dict[str, float], step: int, stamp: float,
+        explanation: Explanation | None = None,
     ) -> AlertOut:
         self._counters[f"alerts_{event.state}"] += 1
         stream = self._names[event.stream_idx]
@@ -526,7 +568,7 @@ class Monitor:
         return AlertOut(
             alert_id=event.alert_id(stream), stream=stream, state=event.state, severity=event.severity,
             score=event.score, threshold=event.threshold, channel=channel, values=values,
-            window_start=(step - w + 1) * period, window_end=step * period, timestamp=stamp,
+            window_start=(step - w + 1) * period, window_end=step * period, timestamp=stamp, explanation=explanation,
         )  # fmt: skip
 
     # stream management

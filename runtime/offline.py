@@ -8,13 +8,15 @@ over it one reading at a time, as the monitor does.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
 from .detector import Detector, DetectorConfig, window_deviation
 from .engine import Engine
+from .explain import Explanation, Subject, explain_readings
 from .preprocess import (Normalisation, StreamScaler, difference, forward_fill, implausible, plausible_bounds,
                          robust_location_scale, scale_windows)
 from .scoring import raw_score
@@ -110,22 +112,29 @@ def encode_recording(
     return encode_lanes(engine, recording_lanes(engine, values), config, batch)
 
 
+def model_windows(engine: Engine, prepared: np.ndarray, config: DetectorConfig = DetectorConfig()) -> np.ndarray:
+    """The window the model sees at every step of a prepared lane ``[T, C]`` → ``[T, W, C]``, per-stream scaled as
+    the monitor scales it (a view of ``prepared`` for card-normalised models)."""
+    windows = sliding_windows(prepared, engine.card.window)
+    if engine.card.scaling == "stream" and len(prepared):
+        channels = prepared.shape[1]
+        scaler = StreamScaler(config.scale_warmup, config.scale_adapt, n_streams=channels)
+        rows = np.arange(channels)
+        # One step at a time: each window is scaled with the statistics of the readings up to its last step.
+        windows = np.stack([scale_windows(scaler, rows, windows[i : i + 1])[0] for i in range(len(prepared))])
+    return windows
+
+
 def encode_lanes(
     engine: Engine, lanes: list[np.ndarray], config: DetectorConfig = DetectorConfig(), batch: int = 256
 ) -> RecordingFeatures:
     """``encode_recording`` from prepared lane inputs (``recording_lanes`` output, or prepared training data)."""
-    t, w = (len(lanes[0]) if lanes else 0), engine.card.window
+    t = len(lanes[0]) if lanes else 0
     distance = np.full((t, len(lanes)), np.nan)
     deviation = np.full((t, len(lanes)), np.nan)
     z = np.zeros((t, len(lanes), engine.card.repr_dims), dtype=np.float32)
     for k, prepared in enumerate(lanes):
-        windows = sliding_windows(prepared, w)
-        if engine.card.scaling == "stream":
-            channels = prepared.shape[1]
-            scaler = StreamScaler(config.scale_warmup, config.scale_adapt, n_streams=channels)
-            rows = np.arange(channels)
-            # One step at a time: each window is scaled with the statistics of the readings up to its last step.
-            windows = np.stack([scale_windows(scaler, rows, windows[i : i + 1])[0] for i in range(t)]) if t else windows
+        windows = model_windows(engine, prepared, config)
         zu, zm = _pairs(engine, windows, 0, batch)
         distance[:, k] = raw_score(zu, zm)
         distance[np.isnan(prepared).any(axis=1), k] = np.nan
@@ -145,6 +154,8 @@ class Detection:
     alerts: np.ndarray
     warming: np.ndarray
     lane: np.ndarray
+    # step -> why it reached the threshold (explain.py), for the steps that did when explanations were asked for
+    explanations: dict[int, Explanation] = field(default_factory=dict)
 
 
 def detect_recording(
@@ -152,13 +163,42 @@ def detect_recording(
     values: np.ndarray,
     config: DetectorConfig = DetectorConfig(),
     features: RecordingFeatures | None = None,
+    explain_channels: Sequence[str] | None = None,
 ) -> Detection:
-    """Score and alert every step of a recording ``[T, C]`` with the detector, one reading at a time."""
+    """Score and alert every step of a recording ``[T, C]`` with the detector, one reading at a time.
+
+    With ``explain_channels`` (the names of the columns of ``values``), every step whose surprise reaches the
+    threshold is explained as the monitor explains the alerts it raises or escalates (``Detection.explanations``).
+    """
     features = features if features is not None else encode_recording(engine, values, config)
-    return _run_detector(engine, features, config)[0]
+    subjects = None if explain_channels is None else _Subjects(engine, values, config, tuple(explain_channels))
+    return _run_detector(engine, features, config, subjects)[0]
 
 
-def _run_detector(engine: Engine, features: RecordingFeatures, config: DetectorConfig) -> tuple[Detection, np.ndarray]:
+class _Subjects:
+    """What ``explain.Subject`` needs at each step of a recording, as the monitor has it at that reading."""
+
+    def __init__(self, engine: Engine, values: np.ndarray, config: DetectorConfig, channels: tuple[str, ...]) -> None:
+        self.engine, self.channels = engine, channels
+        lanes = recording_lanes(engine, values)
+        self.prepared = [sliding_windows(lane, engine.card.window) for lane in lanes]
+        independent = engine.card.channel_mode == "independent"
+        self.windows = None if independent else model_windows(engine, lanes[0], config)
+        # Implausible values are filed as missing by the monitor: they were not seen.
+        self.seen = np.where(implausible(values, *plausible_bounds(engine.card)), np.nan, values)
+
+    def at(self, i: int, lane_surprise: np.ndarray) -> Subject:
+        """The subject of step ``i`` given the detector's per-lane surprise of it."""
+        prepared = np.stack([p[i] for p in self.prepared])
+        windows = None if self.windows is None else self.windows[i : i + 1]
+        start = i - self.engine.card.window + 1
+        return Subject(self.channels, np.arange(len(self.prepared)), prepared, self.seen[i], lane_surprise, windows,
+                       start)  # fmt: skip
+
+
+def _run_detector(
+    engine: Engine, features: RecordingFeatures, config: DetectorConfig, subjects: _Subjects | None = None
+) -> tuple[Detection, np.ndarray]:
     """The detector over precomputed features, one reading at a time; also every lane's log-signals ``[T, L, K]``."""
     t, lanes = features.distance.shape
     detector = Detector(config, engine.card.repr_dims, engine.card.detector_prior)
@@ -172,6 +212,10 @@ def _run_detector(engine: Engine, features: RecordingFeatures, config: DetectorC
         out.surprise[i], out.score[i], out.alerts[i] = step.surprise[0], step.score[0], step.alert[0]
         out.warming[i], out.lane[i] = step.warming[0], step.lane[0]
         signals[i] = step.signals
+        # A superset of the readings the alert tracker raises or escalates an episode on (both need the threshold).
+        if subjects is not None and not step.warming[0] and step.surprise[0] >= config.threshold:
+            subject = subjects.at(i, step.lane_score)
+            out.explanations[i] = explain_readings(engine, detector, [subject], config.threshold)[0]
     return out, signals
 
 

@@ -8,6 +8,7 @@ same alert episodes (tests/runtime/test_daemon_end_to_end.py). The file is one s
 from __future__ import annotations
 
 import csv
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ import numpy as np
 from .alerts import AlertConfig, AlertTracker
 from .detector import DetectorConfig
 from .engine import Engine
+from .explain import Explanation
 from .offline import detect_recording
 from .replay import RecordedSeries
 
@@ -37,6 +39,8 @@ class FileScores:
     channel: list[str]  # the channel behind each step's score ("" for a fixed-channel model)
     events: list[tuple[int, str, str, str]]  # (step, state, severity, alert_id)
     labels: np.ndarray | None
+    # step -> the explanation of the raised or updated episode at that step, as the daemon publishes it
+    explanations: dict[int, Explanation]
 
 
 def model_inputs(engine: Engine, series: RecordedSeries) -> tuple[list[str], np.ndarray]:
@@ -59,7 +63,7 @@ def score_recording(
 ) -> FileScores:
     """Score every step of a recording as the daemon's monitor would (module docstring)."""
     channels, values = model_inputs(engine, series)
-    detection = detect_recording(engine, values, detector)
+    detection = detect_recording(engine, values, detector, explain_channels=channels if alerts.explain else None)
     tracker = AlertTracker(alerts, n_streams=1)
     one = np.zeros(1, dtype=np.int64)
     events = []
@@ -69,14 +73,17 @@ def score_recording(
             events.append((t, e.state, e.severity, e.alert_id(series.stream)))
     independent = engine.card.channel_mode == "independent"
     lane_channel = [channels[k] if independent and k >= 0 else "" for k in detection.lane.tolist()]
+    explanations = {t: detection.explanations[t] for t, state, _, _ in events
+                    if state != "cleared" and alerts.explain}  # fmt: skip
     return FileScores(series.stream, channels, values, detection.raw, detection.score, detection.surprise,
                       detector.threshold,
-                      detection.alerts, detection.warming, lane_channel, events, series.labels)  # fmt: skip
+                      detection.alerts, detection.warming, lane_channel, events, series.labels,
+                      explanations)  # fmt: skip
 
 
 def write_csv(result: FileScores, path: str | Path) -> None:
     """One row per step: step, channel values, raw, score, surprise, threshold, alert, warming, channel, event,
-    label."""
+    severity, alert_id, explanation (the alert message's, as JSON), label."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     events = {step: (state, severity, alert_id) for step, state, severity, alert_id in result.events}
@@ -87,13 +94,15 @@ def write_csv(result: FileScores, path: str | Path) -> None:
     with open(path, "w", newline="") as fh:
         out = csv.writer(fh)
         out.writerow(["step", *result.channels, "raw", "score", "surprise", "threshold", "alert", "warming", "channel",
-                      "event", "severity", "alert_id", "label"])  # fmt: skip
+                      "event", "severity", "alert_id", "explanation", "label"])  # fmt: skip
         for t in range(len(result.raw)):
             state, severity, alert_id = events.get(t, ("", "", ""))
             label = "" if result.labels is None else int(result.labels[t])
+            why = result.explanations.get(t)
+            explanation = "" if why is None else json.dumps(why.to_dict())
             out.writerow([t, *(num(v) for v in result.values[t]), num(result.raw[t]), num(result.score[t]),
                           num(result.surprise[t]), num(result.threshold), int(result.alerts[t]), int(result.warming[t]), result.channel[t],
-                          state, severity, alert_id, label])  # fmt: skip
+                          state, severity, alert_id, explanation, label])  # fmt: skip
 
 
 def _spans(mask: np.ndarray) -> list[tuple[int, int]]:

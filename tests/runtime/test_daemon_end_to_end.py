@@ -16,6 +16,7 @@ file.
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 
@@ -130,6 +131,20 @@ def test_daemon_scores_every_step_as_trep_edge_score_does(e2e, stream):
 @pytest.mark.parametrize("stream", ["ucr135", "ucr135-spike"])
 def test_daemon_publishes_the_same_alert_episodes_as_trep_edge_score(e2e, stream):
     assert _daemon_events(e2e, stream) == _offline_events(e2e, stream)
+
+
+def test_daemon_alerts_carry_the_explanation_trep_edge_score_writes(e2e):
+    offline = {int(r["step"]): json.loads(r["explanation"]) for r in e2e["offline"]["ucr135-spike"] if r["explanation"]}
+    first = e2e["scores"]["ucr135-spike"][0]["step"]
+    alerts = e2e["alerts"]["ucr135-spike"]
+    assert [a["explanation"] is None for a in alerts] == [a["state"] == "cleared" for a in alerts]
+    streamed = {round(a["window_end"]) - first: a["explanation"] for a in alerts if a["explanation"]}
+    assert streamed.keys() == offline.keys() and streamed
+    for step, why in streamed.items():
+        # One channel, the model's: all of the score is its, its expected value the window's median.
+        assert why["top"] == offline[step]["top"] == ["value"] and why["channels"][0]["contribution"] == 1.0
+        for key in ("surprise", "expected", "seen"):
+            assert why["channels"][0][key] == pytest.approx(offline[step]["channels"][0][key], rel=1e-4, abs=1e-6)
 
 
 def test_injected_labelled_anomaly_raises_an_alert_inside_it(e2e):
