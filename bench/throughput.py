@@ -18,6 +18,16 @@ Each (engine, streams) case runs in a fresh subprocess, so its peak RSS is its o
 a bounded number of readings; with batch 1 and no state its per-reading cost does not depend on the number of
 streams, so its tick at S streams is S readings one after the other.
 Writes bench/results/throughput.json and bench/results/throughput.png (throughput vs streams).
+
+    flock /tmp/trep-heavy.lock nice -n 5 python bench/throughput.py --explain
+
+measures instead what alert explanations (runtime/explain.py, ``[alerts] explain``) cost the daemon's whole tick
+(``Monitor.tick``: windows, the selected engine, detector, episodes) at ``--streams`` streams of 7 synthetic vitals
+channels, for both shipped model families (models/icu-vitals.onnx: fixed-channel, occlusion; models/general.onnx:
+channel-independent, no extra work), each in three modes: ``off``, ``on`` (a level shift in one channel of every
+tenth stream, staggered, so that some ticks raise alerts) and ``every_stream`` (the same data, with every stream of
+every tick explained as if all of them raised an alert at once: the worst case). Writes
+bench/results/explain_throughput.json.
 """
 from __future__ import annotations
 
@@ -40,6 +50,14 @@ WINDOW = 201
 PAPER = dict(repr_dims=128, hidden_dims=128, depth=10, time_embedding="time2vec", time_embedding_dims=32)
 PERIOD = 10_000
 ENGINES = ("baseline", "full", "last_step", "pruned_pair", "step")
+EXPLAIN_MODELS = ("icu-vitals", "general")
+EXPLAIN_MODES = ("off", "on", "every_stream")
+VITALS = {"HR": (80, 3), "O2Sat": (97, 1), "Temp": (36.8, 0.2), "SBP": (125, 5), "MAP": (85, 4), "DBP": (65, 4),
+          "Resp": (18, 1.5)}  # fmt: skip
+"""Synthetic vitals of the explanation cases: channel → (level, noise std), in the ICU model's channel order."""
+WARM_STEPS = 130
+"""Untimed readings per stream before an explanation case is timed (ten per tick): the window, the general model's
+per-stream scale (100 readings) and the detector's warm-up (min_warmup 30 with the card prior)."""
 
 
 # -- models ----------------------------------------------------------------------------------------------------------
@@ -157,23 +175,11 @@ def _tick_loop(tick, budget: float, max_ticks: int, min_ticks: int = 3) -> list[
 
 def worker(case: dict) -> dict:
     """Measure one (engine, streams) case; called in its own process."""
-    series = np.load(case["series"])
     streams, engine_name = case["streams"], case["engine"]
-    offsets, windows = _stream_windows(series, streams, case["max_ticks"] + 2)
-    if engine_name == "baseline":
-        times, per_tick_readings, state = _baseline(case, windows, offsets)
-    elif engine_name == "step":
-        times, per_tick_readings, state = _step(case, series, offsets)
+    if engine_name == "monitor":
+        times, per_tick_readings, state = _monitor(case)
     else:
-        from trep_edge.runtime.engine import load_engine
-
-        engine = load_engine(case["model"], "cpu", engine=engine_name)
-
-        def tick(k: int) -> None:
-            engine.last_step_pair(windows[offsets + k], offsets + k)
-
-        times = _tick_loop(tick, case["budget"], case["max_ticks"])
-        per_tick_readings, state = streams, WINDOW * series.shape[1] * 4
+        times, per_tick_readings, state = _engine(case)
     t = np.array(times)
     return {
         "engine": engine_name,
@@ -186,7 +192,27 @@ def worker(case: dict) -> dict:
         "peak_rss_mb": peak_rss_mb(),
         "state_bytes_per_stream": state,
         "loadavg_1min_after": os.getloadavg()[0],
+        **{k: case[k] for k in ("model", "explain", "alerts_raised", "explain_ms_per_tick") if engine_name == "monitor"},
     }
+
+
+def _engine(case: dict) -> tuple[list[float], int, int]:
+    """One engine's ticks over the paper-size model: every stream's window of the real series, one call per tick."""
+    series = np.load(case["series"])
+    streams, engine_name = case["streams"], case["engine"]
+    offsets, windows = _stream_windows(series, streams, case["max_ticks"] + 2)
+    if engine_name == "baseline":
+        return _baseline(case, windows, offsets)
+    if engine_name == "step":
+        return _step(case, series, offsets)
+    from trep_edge.runtime.engine import load_engine
+
+    engine = load_engine(case["model"], "cpu", engine=engine_name)
+
+    def tick(k: int) -> None:
+        engine.last_step_pair(windows[offsets + k], offsets + k)
+
+    return _tick_loop(tick, case["budget"], case["max_ticks"]), streams, WINDOW * series.shape[1] * 4
 
 
 def _baseline(case: dict, windows: np.ndarray, offsets: np.ndarray) -> tuple[list[float], int, int]:
@@ -217,6 +243,58 @@ def _baseline(case: dict, windows: np.ndarray, offsets: np.ndarray) -> tuple[lis
     per_reading = [s / streams for s in _tick_loop(tick, case["budget"], max(2, case["baseline_readings"] // streams))]
     # Batch 1, no shared work: a tick of S streams is S readings one after the other.
     return [p * case["streams"] for p in per_reading], case["streams"], WINDOW * 4
+
+
+def _monitor(case: dict) -> tuple[list[float], int, int]:
+    """``Monitor.tick`` of every stream's next reading, with explanations as ``case["explain"]`` says."""
+    from trep_edge.runtime.alerts import AlertConfig
+    from trep_edge.runtime.engine import load_engine
+    from trep_edge.runtime.monitor import Monitor
+    from trep_edge.runtime.payloads import Reading
+    from trep_edge.runtime.windows import WindowConfig
+
+    engine = load_engine(ROOT / "models" / f"{case['model']}.onnx", "cpu")
+    streams, steps = case["streams"], WARM_STEPS + case["max_ticks"] + 1
+    rng = np.random.default_rng(0)
+    level, noise = (np.array(v, dtype=np.float64) for v in zip(*VITALS.values()))
+    values = level + noise * rng.normal(size=(streams, steps, len(VITALS)))
+    for s in range(0, streams, 10):  # a lasting drop of 8 noise stds in one channel (never the first; O2Sat stays ≤ 100)
+        values[s, WARM_STEPS + 1 + 3 * (s // 10) :, 1 + s % 6] -= 8 * noise[1 + s % 6]
+    monitor = Monitor(engine, WindowConfig(period=3600.0), AlertConfig(explain=case["explain"] != "off"))
+    explain, explaining = monitor._explain, [0.0]
+
+    def timed_explain(batch, rows, lane_of, scores, inputs, positions):
+        # every_stream: the production path with every stream of the round in place of those raising or escalating.
+        chosen = np.unique(lane_of).tolist() if case["explain"] == "every_stream" else positions
+        began = time.perf_counter()
+        out = explain(batch, rows, lane_of, scores, inputs, chosen)
+        explaining[0] += time.perf_counter() - began
+        return out
+
+    monitor._explain = timed_explain
+    names = [f"bed{s}" for s in range(streams)]
+    channels = list(VITALS)
+    raised = [0]
+
+    def tick(first: int, last: int) -> None:
+        for k in range(first, last + 1):
+            for name, row in zip(names, values[:, k].tolist()):
+                monitor.ingest(Reading(name, 3600.0 * k, dict(zip(channels, row))), 3600.0 * k)
+        raised[0] += sum(a.state == "raised" for a in monitor.tick(3600.0 * last).alerts)
+
+    for k in range(0, WARM_STEPS, 10):
+        tick(k, min(k + 9, WARM_STEPS - 1))
+    calls = iter(range(WARM_STEPS, steps))
+
+    def next_step(k: int) -> None:
+        if k == 1:  # _tick_loop's untimed warm-up call (k = 0) is over: count the timed ticks only
+            raised[0], explaining[0] = 0, 0.0
+        step = next(calls)
+        tick(step, step)
+
+    times = _tick_loop(next_step, case["budget"], case["max_ticks"])
+    case["alerts_raised"], case["explain_ms_per_tick"] = raised[0], 1000 * explaining[0] / len(times)
+    return times, streams, engine.card.window * len(VITALS) * 4
 
 
 def _step(case: dict, series: np.ndarray, offsets: np.ndarray) -> tuple[list[float], int, int]:
@@ -270,11 +348,17 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=4.0, help="seconds of timed ticks per case (at least 3)")
     parser.add_argument("--max-ticks", type=int, default=200, help="most timed ticks per case")
     parser.add_argument("--baseline-readings", type=int, default=60, help="readings the baseline is timed on")
-    parser.add_argument("--out", default=str(RESULTS / "throughput.json"))
+    parser.add_argument("--out", default=None, help="result JSON (default bench/results/throughput.json, or "
+                        "explain_throughput.json with --explain)")
+    parser.add_argument("--explain", action="store_true", help="measure alert explanations instead (docstring)")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return
+    if args.explain:
+        explain_cases(args)
+        return
+    args.out = args.out or str(RESULTS / "throughput.json")
     from trep_edge.datasets.paths import data_root
     from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
 
@@ -325,6 +409,38 @@ def main() -> None:
     plot(rows, out.with_suffix(".png"), peak)
     print(f"peak {peak:.1f} GFLOP/s; baseline {base:.1f} readings/s; wrote {out}")
     print(markdown_table(rows))
+
+
+def explain_cases(args: argparse.Namespace) -> None:
+    """The ``--explain`` run: each shipped model × explanation mode at each of ``--streams``, one process each."""
+    began, load_before = time.time(), os.getloadavg()
+    rows = []
+    for streams in sorted({int(s) for s in args.streams.split(",")}):
+        for model in EXPLAIN_MODELS:
+            for mode in EXPLAIN_MODES:
+                case = {"engine": "monitor", "model": model, "explain": mode, "streams": streams,
+                        "budget": args.budget, "max_ticks": args.max_ticks}  # fmt: skip
+                row = run_case(case)
+                rows.append(row)
+                print(f"{model:>10} × {streams:>4} explain {mode:>12}: {row['measured_readings_per_s']:9.1f} "
+                      f"readings/s, {row['alerts_raised']} alerts raised", flush=True)  # fmt: skip
+    off = {(r["model"], r["streams"]): r["measured_readings_per_s"] for r in rows if r["explain"] == "off"}
+    for r in rows:
+        r["vs_off"] = r["measured_readings_per_s"] / off[r["model"], r["streams"]]
+    result = {"command": "flock /tmp/trep-heavy.lock nice -n 5 python bench/throughput.py " + " ".join(sys.argv[1:]),
+              "machine": machine(), "rows": rows, "wall_seconds": time.time() - began,
+              "loadavg_1_5_15_before": load_before, "loadavg_1_5_15_after": os.getloadavg()}  # fmt: skip
+    out = Path(args.out or RESULTS / "explain_throughput.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    print("| model | streams | explain | readings/s | × off | tick ms mean | tick ms p99 | ticks | alerts raised | "
+          "explain ms/tick |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['model']} | {r['streams']} | {r['explain']} | {r['measured_readings_per_s']:,.1f} | "
+              f"{r['vs_off']:.2f} | {r['tick_ms_mean']:,.1f} | {r['tick_ms_p99']:,.1f} | {r['ticks_timed']} | "
+              f"{r['alerts_raised']} | {r['explain_ms_per_tick']:,.1f} |")  # fmt: skip
 
 
 def markdown_table(rows: list[dict]) -> str:

@@ -43,6 +43,9 @@ Policies:
 - **Bed events.** ``close_episodes`` clears open episodes on request (a new patient, a discharge); ``move_stream``
   gives one stream id's whole state to another (a patient moved to another bed) by renaming its rows in every
   holder, so the new id scores on without a warm-up.
+- **Explanations** (``[alerts] explain``): a raised or updated episode carries ``explain.explain_readings`` of its
+  reading (each channel's contribution, expected and seen values), computed right after the detector's step on the
+  windows of this tick; a fixed-channel model adds one engine call per round that has such readings.
 - **Model swap.** Same file (sha256) and card: everything is kept. Same inputs (channels, window, differencing,
   normalisation, scaling) but other weights: windows and scales are kept, the detector restarts (two models'
   distances are on different scales). Other inputs: windows restart too (pending readings are discarded). Alert
@@ -537,15 +540,14 @@ class Monitor:
             mine = rows[lane_of == j]
             lanes = batch.stream_idx[mine]
             at = window_of[mine]
-            # Before per-stream scaling, which the expected values are read back through the card's normalisation.
+            # The windows before per-stream scaling: expected values are read back through the card's normalisation.
             prepared = np.stack([batch.windows[k] if k >= 0 else nan_window for k in at.tolist()])
             if self.independent:
                 subjects.append(Subject(tuple(self._channel(int(lane)) for lane in lanes), lanes, prepared,
                                         batch.raw[mine, 0], lane_score[lane_of == j]))  # fmt: skip
             else:
                 subjects.append(Subject(tuple(self._store.channels), lanes, prepared, batch.raw[mine[0]],
-                                        lane_score[lane_of == j], windows[at], int(batch.step[mine[0]]) -
-                                        self._store.window + 1))  # fmt: skip
+                                        lane_score[lane_of == j], windows[at], int(batch.starts[at[0]])))  # fmt: skip
         return dict(zip(positions, explain_readings(self.engine, self._detector, subjects,
                                                     self.detector_config.threshold)))  # fmt: skip
 
