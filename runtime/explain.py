@@ -17,8 +17,8 @@ How the surprise is found depends on the model family:
   step keeps that channel's value and gives every other channel its expected value; the copies of every explained
   reading go through the engine in one call (C rows per reading, ``Engine.last_step_pair``), and each copy's signals
   (distance, novelty against the lane's memory, deviation) are judged against the lane's long-run statistics as
-  single values. The short-term mean of the detector is left out: it is the history every channel shares and says
-  nothing about which one deviates now.
+  single values, combined as the detector combines them. The detector's short-term mean is left out: it is the
+  history every channel shares and says nothing about which one deviates now.
 
 Only readings that raise or escalate an alert episode are explained (the monitor), or that reach the threshold
 (``offline.detect_recording``, which cannot know the episodes yet), so scoring itself costs nothing more; both
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .detector import Detector, SignalStats, transform_signals, window_deviation
+from .detector import Detector, SignalStats, combine_surprise, transform_signals, window_deviation
 from .engine import Engine
 from .preprocess import Normalisation, robust_location_scale
 from .scoring import raw_score
@@ -115,11 +115,14 @@ def expected_values(prepared: np.ndarray, seen: np.ndarray, scale: np.ndarray) -
     return np.asarray(seen, dtype=np.float64) - (last - window_centre(prepared)) * np.asarray(scale, np.float64)
 
 
-def single_surprise(stats: SignalStats, lanes: np.ndarray, signals: np.ndarray) -> np.ndarray:
-    """Largest surprise of each row's log-signals ``[n, K]`` as one value against its lane's long-run statistics."""
+def single_surprise(detector: Detector, lanes: np.ndarray, signals: np.ndarray) -> np.ndarray:
+    """Surprise of each row's log-signals ``[n, K]`` as single values against its lane's long-run statistics,
+    the signals combined as the detector combines them (``DetectorConfig.combine``)."""
+    stats = detector.stats
     single = SignalStats(stats.k, stats.horizon, short=1, n_streams=len(lanes))
     single.count_[:], single.mean_[:], single.var_[:] = stats.count_[lanes], stats.mean_[lanes], stats.var_[lanes]
-    return np.fmax.reduce(single.surprise(np.arange(len(lanes)), signals), axis=1)
+    per_signal = single.surprise(np.arange(len(lanes)), signals)
+    return combine_surprise(per_signal) if detector.config.combine == "fisher" else np.fmax.reduce(per_signal, axis=1)
 
 
 def occlusion_surprise(engine: Engine, detector: Detector, lanes: np.ndarray, windows: np.ndarray,
@@ -141,7 +144,7 @@ def occlusion_surprise(engine: Engine, detector: Detector, lanes: np.ndarray, wi
               "deviation": lambda: window_deviation(alone)}  # fmt: skip
     names = detector.config.signals
     values = transform_signals(np.stack([signal[name]() for name in names], axis=1), names)
-    return single_surprise(detector.stats, rows, values).reshape(n, c)
+    return single_surprise(detector, rows, values).reshape(n, c)
 
 
 def explain_readings(
