@@ -11,6 +11,11 @@ passphrase from ``TREP_EDGE_MQTT_KEY_PASSWORD`` or ``[mqtt] key_password_file``.
 
 Every field is documented once, in its ``doc`` metadata (or, for the windows, alerts, detector and fhir tables, which
 belong to their own modules, in the class docstring); ``--help`` and ``deploy/monitor.toml`` repeat that text.
+
+Routes (``[[routes]]``, the TOML file only: no environment variable or flag) send the readings of some topics to
+another model than ``[model]``'s; each route may override, field by field, that model's ``[model]`` settings (as
+keys of the route) and its ``[windows]``, ``[detector]``, ``[alerts]`` and ``[input]`` tables (as sub-tables,
+``[routes.detector]``). ``MonitorConfig.models`` lists every model with the settings it runs with.
 """
 from __future__ import annotations
 
@@ -307,6 +312,44 @@ class ArchiveConfig:
             raise ConfigError(f"archive.queue_size must be >= 1, got {self.queue_size}")
 
 
+ROUTE_SECTIONS = ("windows", "detector", "alerts", "input")
+"""The tables a route may override for its model (as sub-tables ``[routes.windows]``, ...)."""
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def model_name(path: str) -> str:
+    """A model's default name in metrics, status and checkpoints: its file name without ``.onnx``."""
+    return Path(path).name.removesuffix(".onnx")
+
+
+@dataclass
+class RouteConfig:
+    """A ``[[routes]]`` entry: topics whose readings another model scores, and that model's own settings."""
+
+    match: list[str] = _doc("MQTT topic filters (+ and # wildcards, or a template of mqtt.topics) whose readings this "
+                            "route's model scores; routes are tried in order and the first match wins, topics no "
+                            "route matches go to [model]", factory=list)  # fmt: skip
+    model: str = _doc("model file of this route", "")
+    name: str = _doc("the model's name in metrics, status and checkpoints ('' = the file name without .onnx)", "")
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Overrides by table (``model`` holds the route's model keys and its file as ``path``), as given in the TOML."""
+
+    @property
+    def model_name(self) -> str:
+        """The name of the route's model."""
+        return self.name or model_name(self.model)
+
+
+@dataclass
+class ModelSettings:
+    """One model of the daemon: its name, the topic filters routed to it (none: the default model, every other
+    topic) and the whole configuration it runs with (the daemon's, with its route's overrides)."""
+
+    name: str
+    match: tuple[str, ...]
+    config: "MonitorConfig"
+
+
 @dataclass
 class MonitorConfig:
     """All settings of ``trep-edge run``."""
@@ -323,11 +366,27 @@ class MonitorConfig:
     http: HttpConfig = field(default_factory=HttpConfig)
     archive: ArchiveConfig = field(default_factory=ArchiveConfig)
     fhir: FhirConfig = field(default_factory=FhirConfig)
+    routes: list[RouteConfig] = field(default_factory=list)
     source: str = ""
 
-    def to_dict(self) -> dict[str, dict[str, Any]]:
-        """The settings as plain data, one table per section (no secrets: they are not fields)."""
-        return {name: dataclasses.asdict(getattr(self, name)) for name in section_names()}
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain data, one table per section (no secrets: they are not fields); ``routes`` only
+        when there are some, so that a configuration without routes keeps its revision."""
+        tables: dict[str, Any] = {name: dataclasses.asdict(getattr(self, name)) for name in section_names()}
+        if self.routes:
+            tables["routes"] = [dataclasses.asdict(route) for route in self.routes]
+        return tables
+
+    def models(self) -> list[ModelSettings]:
+        """Every model with its settings: the routes' in their order, then ``[model]`` (the default, last)."""
+        out = [ModelSettings(r.model_name, tuple(r.match), self._routed(r)) for r in self.routes]
+        return out + [ModelSettings(model_name(self.model.path), (), self)]
+
+    def _routed(self, route: RouteConfig) -> "MonitorConfig":
+        """This configuration with a route's model file and overrides applied, and no routes."""
+        sections = {s: dataclasses.replace(getattr(self, s), **route.settings.get(s, {}))
+                    for s in ("model", *ROUTE_SECTIONS)}  # fmt: skip
+        return dataclasses.replace(self, **sections, routes=[])
 
     @property
     def revision(self) -> str:
@@ -337,8 +396,8 @@ class MonitorConfig:
 
 
 def section_names() -> list[str]:
-    """The TOML tables, in documentation order."""
-    return [f.name for f in dataclasses.fields(MonitorConfig) if f.name != "source"]
+    """The TOML tables, in documentation order (not ``[[routes]]``, an array of tables of its own)."""
+    return [f.name for f in dataclasses.fields(MonitorConfig) if f.name not in ("routes", "source")]
 
 
 def section_class(section: str) -> type:
@@ -450,6 +509,8 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
         for section, table in data.items():
+            if section == "routes":
+                continue  # parsed below, once the tables it overrides are complete
             if section not in tables or not isinstance(table, dict):
                 raise ConfigError(f"{path}: unknown table [{section}] (tables: {', '.join(section_names())})")
             names = field_types(section_class(section))
@@ -474,7 +535,69 @@ def load_config(
             raise
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"[{section}]: {exc}") from exc
-    return MonitorConfig(**sections, source=str(path or ""))
+    config = MonitorConfig(**sections, source=str(path or ""))
+    if path is not None and "routes" in data:
+        config.routes = _parse_routes(data["routes"], f"{path}: [[routes]]")
+        _check_models(config, f"{path}: [[routes]]")
+    return config
+
+
+def _parse_routes(entries: Any, where: str) -> list[RouteConfig]:
+    """The ``[[routes]]`` array: keys checked and typed, overrides kept by table (applied by ``MonitorConfig``)."""
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ConfigError(f"{where} must be an array of tables: write each route as [[routes]] with match and model")
+    model_keys = {k: v for k, v in field_types(ModelConfig).items() if k != "path"}
+    routes = []
+    for number, entry in enumerate(entries, 1):
+        here = f"{where} {number}"
+        entry = dict(entry)
+        match = entry.pop("match", None)
+        match = [match] if isinstance(match, str) else match
+        if not match or not isinstance(match, list) or not all(isinstance(m, str) and m for m in match):
+            raise ConfigError(f"{here}: match must be a topic filter or a list of them, e.g. match = \"icu/+/vitals\"")
+        model = entry.pop("model", None)
+        if not isinstance(model, str) or not model:
+            raise ConfigError(f"{here}: model must name the route's model file, e.g. "
+                              "model = \"models/icu-vitals.onnx\"")
+        if not Path(model).is_file():
+            raise ConfigError(f"{here}: model file {model} does not exist (a path relative to the daemon's working "
+                              "directory, like [model] path)")  # fmt: skip
+        name = _check_value(entry.pop("name", ""), str, f"{here} name")
+        settings: dict[str, dict[str, Any]] = {"model": {"path": model}}
+        for key, value in entry.items():
+            if key in model_keys:
+                settings["model"][key] = _check_value(value, model_keys[key], f"{here} {key}")
+            elif key in ROUTE_SECTIONS and isinstance(value, dict):
+                names = field_types(section_class(key))
+                for k, v in value.items():
+                    if k not in names:
+                        raise ConfigError(f"{here}: [routes.{key}] has no field {k!r} (fields: {', '.join(names)})")
+                settings[key] = {k: _check_value(v, names[k], f"{here} [routes.{key}] {k}") for k, v in value.items()}
+            else:
+                raise ConfigError(f"{here}: unknown key {key!r}; a route takes match, model, name, the [model] keys "
+                                  f"{', '.join(model_keys)} and the tables {', '.join(ROUTE_SECTIONS)} "
+                                  "(e.g. [routes.detector])")  # fmt: skip
+        routes.append(RouteConfig(list(match), model, name, settings))
+    return routes
+
+
+def _check_models(config: MonitorConfig, where: str) -> None:
+    """Each route's settings are valid, and every model has a name of its own (metrics, status, checkpoints)."""
+    seen: dict[str, str] = {}
+    for number, route in enumerate(config.routes, 1):
+        try:
+            config._routed(route)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where} {number}: {exc}") from None
+    labels = [f"{where} {i}" for i in range(1, len(config.routes) + 1)] + ["[model]"]
+    for label, model in zip(labels, config.models()):
+        if not _MODEL_NAME.match(model.name):
+            raise ConfigError(f"{label}: model name {model.name!r} must be letters, digits, '.', '_' or '-': set "
+                              "the route's name")
+        if model.name in seen:
+            raise ConfigError(f"{seen[model.name]} and {label} both name their model {model.name!r}: give the "
+                              "route a name of its own (name = \"...\")")  # fmt: skip
+        seen[model.name] = label
 
 
 def flag_name(section: str, name: str) -> str:

@@ -23,6 +23,12 @@ One thread does all the scoring work, in a plain loop:
    among the readings, and are applied by ``control_topics.Control``; every episode message passes its
    ``on_episode`` (acknowledgement and silence fields; a silence keeps it off the alerts topic).
 
+With ``[[routes]]`` the daemon runs several models (``routing.ModelUnit``: engine, monitor, lifecycle, file watch
+each): every message goes to the model its topic routes to, each tick scores every model's streams, a model file
+change reloads that model alone (the others' streams are not touched), and the checkpoint holds every model's
+streams (``checkpoint.join_models``). Per-model metrics then carry a ``model`` label, and the status topic lists
+the models with their stream counts.
+
 What a SIGKILL can cost is bounded by the checkpoint interval: the restarted daemon resumes from the last
 checkpoint, so readings received after it (already acknowledged to the broker) are missing from its windows (up
 to ``max_gap`` steps they are filled as missing, longer gaps reset the stream), and alert changes published after
@@ -46,16 +52,18 @@ import numpy as np
 
 from .alerts import STATUS_OF_STATE, AlertTracker, Lifecycle, StreamStatus
 from .archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
-from .checkpoint import load_checkpoint, save_checkpoint
-from .config import MonitorConfig, load_config
-from .control_topics import CONTROL_KINDS, Control, control_filters, declare_control_metrics
+from .checkpoint import DEFAULT_MODEL, join_models, load_checkpoint, save_checkpoint, split_models
+from .config import ModelSettings, MonitorConfig, load_config
+from .control_topics import (CONTROL_KINDS, Control, ControlError, control_filters, declare_control_metrics,
+                             parse_request)
 from .engine import Engine, file_sha256, load_engine
 from .fhir import FhirEpisodes
 from .http_status import StatusServer, monitor_metrics
 from .monitor import AlertOut, Monitor, ScoredReading, SensorEvent, TickResult
-from .mqtt_io import MqttLink, Telemetry, TelemetryQueue
+from .mqtt_io import MqttLink, Telemetry, TelemetryQueue, TopicTemplate
 from .payloads import MALFORMED_KINDS, mark_disconnected, parse_payload_lenient
 from .reshard import select_streams, stream_names
+from .routing import OTHER_MODEL_KIND, ModelUnit, check_routes, route, scoring_settings
 from .sharding import Shard
 from .sparkplug import SparkplugDecoder, declare_sparkplug_metrics
 from .windows import WINDOW_REJECTIONS
@@ -85,12 +93,16 @@ def fill_topic(template: str, stream: str = "", client_id: str = "") -> str:
     return template.replace("{stream}", stream).replace("{client_id}", client_id)
 
 
+def model_field(engine: Engine) -> dict[str, str]:
+    """The ``model`` of a published message: the model that scored it."""
+    return {"name": engine.card.name, "sha256": engine.sha256}
+
+
 def _envelope(kind: str, engine: Engine, revision: str, fields: dict[str, Any]) -> dict[str, Any]:
     """A message of the alerts and state topics: ``fields`` between the version and kind and what every such message
     carries (the model, the config revision, advisory, when it was published)."""
-    return {"schema_version": ALERT_SCHEMA_VERSION, "kind": kind, **fields,
-            "model": {"name": engine.card.name, "sha256": engine.sha256}, "config_revision": revision,
-            "advisory": True, "published_at": time.time()}  # fmt: skip
+    return {"schema_version": ALERT_SCHEMA_VERSION, "kind": kind, **fields, "model": model_field(engine),
+            "config_revision": revision, "advisory": True, "published_at": time.time()}  # fmt: skip
 
 
 def alert_message(alert: AlertOut, engine: Engine, revision: str) -> dict[str, Any]:
@@ -152,8 +164,8 @@ def check_lifecycle(config: MonitorConfig) -> None:
                          "or 0 (off)")  # fmt: skip
 
 
-def score_message(s: ScoredReading) -> dict[str, Any]:
-    """One scored reading, for the optional scores topic."""
+def score_message(s: ScoredReading, engine: Engine) -> dict[str, Any]:
+    """One scored reading (by ``engine``'s model), for the optional scores topic."""
     return {
         "schema_version": SCORE_SCHEMA_VERSION,
         "stream": s.stream,
@@ -167,6 +179,7 @@ def score_message(s: ScoredReading) -> dict[str, Any]:
         "warming": s.warming,
         "alert": s.alert,
         "values": {k: finite_or_none(v) for k, v in s.values.items()},
+        "model": model_field(engine),
     }
 
 
@@ -205,7 +218,7 @@ class BadInput:
 
 
 class Daemon:
-    """``trep-edge run``: owns the engine, the monitor, the MQTT link and the HTTP status server."""
+    """``trep-edge run``: owns the models (engine and monitor each), the MQTT link and the HTTP status server."""
 
     def __init__(
         self,
@@ -214,10 +227,11 @@ class Daemon:
         env: Mapping[str, str] | None = None,
         flags: Mapping[tuple[str, str], str] | None = None,
     ) -> None:
-        check_lifecycle(config)
+        models = checked_models(config)
         control = control_filters(config)
         self.config = config
         self._config_source = (config_path, env, dict(flags or {}))
+        self.routed = len(models) > 1
         self.metrics = monitor_metrics()
         self.shard = Shard.parse(config.monitor.shard)
         self.metrics.declare(OTHER_SHARD_METRIC, "counter", "messages skipped: their stream belongs to another shard")
@@ -229,19 +243,20 @@ class Daemon:
         # Every kind exported at 0 from the start: an alert rule on rate() sees the first bad message.
         self.metrics.zero("trep_edge_malformed_total", "kind",
                           (*MALFORMED_KINDS, TOPIC_KIND, INTERNAL_KIND, *CONTROL_KINDS))  # fmt: skip
-        self.metrics.zero("trep_edge_rejected_total", "kind",
-                          tuple(k for k in WINDOW_REJECTIONS if k not in MALFORMED_KINDS))  # fmt: skip
+        rejections = tuple(k for k in WINDOW_REJECTIONS if k not in MALFORMED_KINDS)
+        self.metrics.zero("trep_edge_rejected_total", "kind", rejections + (OTHER_MODEL_KIND,) * self.routed)
         self.metrics.zero("trep_edge_model_reloads_total", "result", ("ok", "refused"))
-        self.metrics.zero("trep_edge_alerts_total", "state", ("raised", "updated", "cleared"))
-        self.engine = self._load_engine(config)
+        self.units = [self._new_unit(model) for model in models]
+        for unit in self.units:
+            self.metrics.zero("trep_edge_alerts_total", "state", ("raised", "updated", "cleared"), **unit.labels)
         self.archive = ArchiveRecorder(config.archive, self.metrics) if config.archive.enabled else None
-        self.lifecycle = Lifecycle(config.alerts.pending)  # replaced by the checkpoint's, if one is restored
-        self.fhir = FhirEpisodes()
+        self.fhir = FhirEpisodes()  # every model's episodes: stream ids are unique across models
         self.control = Control(self.shard, config.mqtt.client_id)  # acks and silences: the checkpoint's, if any
-        self.monitor = self._restore_or_new(config)
-        self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
-        self.model_error: str | None = None
-        self._model_seen = self._model_stamp(config.model.path)
+        self._restore(config)
+        for unit in self.units:
+            self._set_stale_gauge(unit)
+        self._config_error: str | None = None  # why the last reload of the config was refused
+        self._owner: dict[str, ModelUnit] = {}  # with routes: the model each stream took readings in since the start
         self.queue = TelemetryQueue(config.mqtt.queue_size)
         self.started_at = time.time()
         self.link = MqttLink(config.mqtt, self.queue, self.status_topic, self._status(), on_drop=self._on_drop,
@@ -263,7 +278,6 @@ class Daemon:
         self._cost: float | None = None  # seconds of intake + scoring per message, smoothed over ticks
         self._busy = 0.0  # seconds spent taking in messages since the last tick (the idle wait is not work)
         self._last_status = time.monotonic()
-        self._period_mismatches = 0  # streams reported as sampled at another period than the model's
         self._last_loop = time.monotonic()
         self._last_checkpoint = time.monotonic()
         self._publish_model_metrics()
@@ -273,6 +287,26 @@ class Daemon:
     def status_topic(self) -> str:
         """The retained status topic."""
         return fill_topic(self.config.topics.status, client_id=self.config.mqtt.client_id)
+
+    @property
+    def default(self) -> ModelUnit:
+        """The ``[model]`` model: it scores every topic no route takes (the only one without routes)."""
+        return self.units[-1]
+
+    @property
+    def engine(self) -> Engine:
+        """The default model's engine."""
+        return self.default.engine
+
+    @property
+    def monitor(self) -> Monitor:
+        """The default model's monitor."""
+        return self.default.monitor
+
+    @property
+    def model_error(self) -> str | None:
+        """Why the last reload was refused (the config's, else a model's), None while everything loaded."""
+        return next((e for e in (self._config_error, *(u.error for u in self.units)) if e), None)
 
     @staticmethod
     def _load_engine(config: MonitorConfig) -> Engine:
@@ -285,44 +319,74 @@ class Daemon:
     def _new_monitor(self, config: MonitorConfig, engine: Engine) -> Monitor:
         return Monitor(engine, config.windows, config.alerts, config.detector)
 
-    def _restore_or_new(self, config: MonitorConfig) -> Monitor:
+    def _new_unit(self, model: ModelSettings) -> ModelUnit:
+        try:
+            engine = self._load_engine(model.config)
+        except Exception as exc:
+            if not self.routed:
+                raise
+            raise ValueError(f"model {model.name} ({model.config.model.path}): {exc}") from exc
+        return ModelUnit(model.name, [TopicTemplate(t) for t in model.match], model.config, engine,
+                         self._new_monitor(model.config, engine), Lifecycle(model.config.alerts.pending),
+                         {"model": model.name} if self.routed else {}, self._model_stamp(model.config.model.path))
+
+    def _checkpoint_key(self, unit: ModelUnit) -> str:
+        """A model's key in the checkpoint: the default model's state is stored as a daemon of one model stores it."""
+        return DEFAULT_MODEL if unit is self.default else unit.name
+
+    def _restore(self, config: MonitorConfig) -> None:
+        """Every model's streams from the checkpoint, if there is one; an unusable checkpoint is moved aside."""
         path = Path(config.state.path) if config.state.path else None
         if path is None or not path.is_file():
-            return self._new_monitor(config, self.engine)
+            return
         try:
-            state, meta = load_checkpoint(path)
-            state = self._owned_state(state, meta, path)
-            monitor = Monitor.from_state(self.engine, state, config.windows, config.alerts, config.detector)
+            saved, saved_meta = load_checkpoint(path)
+            parts = split_models(saved, saved_meta)
+            restored = []
+            for unit in self.units:
+                part = parts.pop(self._checkpoint_key(unit), None)
+                if part is None:
+                    continue
+                state, meta = part
+                state = self._owned_state(state, meta, path)
+                restored.append((unit, state, meta, Monitor.from_state(unit.engine, state, unit.config.windows,
+                                                                       unit.config.alerts, unit.config.detector)))
         except Exception as exc:  # any unreadable checkpoint: keep it for inspection, start fresh
             aside = path.with_name(path.name + f".unusable-{int(time.time())}")
             os.replace(path, aside)
             log.error("could not restore the checkpoint %s (%s); moved it to %s and starting fresh", path, exc, aside)
-            return self._new_monitor(config, self.engine)
-        age = time.time() - float(meta.get("saved_at", time.time()))
-        states = list(monitor.streams.values())
-        log.info("restored %d streams (%d active, %d warming) from %s, saved %.1f s ago", len(states),
-                 states.count("active"), states.count("warming"), path, age)  # fmt: skip
-        self._restore_lifecycle(config, state, meta, monitor, path)
-        open_ids = {m.get("alert_id") for m in self.lifecycle.open.values()}
-        self.control.restore(meta.get("control"), open_ids, time.time())  # acks and silences that still apply
-        return monitor
+            return
+        for name, (state, _) in parts.items():
+            log.warning("checkpoint %s holds %d stream(s) of model %s, which no route names any more: dropped", path,
+                        len(stream_names(state)), name)  # fmt: skip
+        for unit, state, meta, monitor in restored:
+            unit.monitor = monitor
+            age = time.time() - float(meta.get("saved_at", time.time()))
+            states = list(monitor.streams.values())
+            log.info("restored %d streams (%d active, %d warming)%s from %s, saved %.1f s ago", len(states),
+                     states.count("active"), states.count("warming"), f" of model {unit.name}" if self.routed else "",
+                     path, age)  # fmt: skip
+            self._restore_lifecycle(unit, state, meta, path)
+        open_ids = {m.get("alert_id") for unit in self.units for m in unit.lifecycle.open.values()}
+        self.control.restore(saved_meta.get("control"), open_ids, time.time())  # acks and silences that still apply
 
-    def _restore_lifecycle(self, config: MonitorConfig, state: Mapping[str, np.ndarray], meta: Mapping[str, Any],
-                           monitor: Monitor, path: Path) -> None:  # fmt: skip
+    def _restore_lifecycle(self, unit: ModelUnit, state: Mapping[str, np.ndarray], meta: Mapping[str, Any],
+                           path: Path) -> None:  # fmt: skip
         """The lifecycle saved with the checkpoint (absent before it existed, and after ``trep-edge reshard``), for
         the restored streams; the open episodes are the alert tracker's. Unusable: start a fresh one, keep the rest."""
+        pending, streams = unit.config.alerts.pending, unit.monitor.streams
         try:
             tracker = AlertTracker.from_state({k[8:]: v for k, v in state.items() if k.startswith("tracker/")})
-            self.lifecycle = Lifecycle.restore(config.alerts.pending, meta.get("lifecycle"), monitor.streams,
+            unit.lifecycle = Lifecycle.restore(pending, meta.get("lifecycle"), streams,
                                                tracker.open_ids(stream_names(state)))  # fmt: skip
         except Exception as exc:
             log.warning("checkpoint %s: could not restore the streams' lifecycle (%s); no stream is reported as "
                         "no_data or pending", path, exc)  # fmt: skip
-            self.lifecycle = Lifecycle.restore(config.alerts.pending, None, monitor.streams, {})
+            unit.lifecycle = Lifecycle.restore(pending, None, streams, {})
             return
-        if self.lifecycle.stale:
+        if unit.lifecycle.stale:
             log.info("%d restored stream(s) were reported as no_data: their next reading reports ok",
-                     len(self.lifecycle.stale))  # fmt: skip
+                     len(unit.lifecycle.stale))  # fmt: skip
 
     def _owned_state(self, state: dict[str, np.ndarray], meta: dict[str, Any], path: Path) -> dict[str, np.ndarray]:
         """The checkpoint's streams this shard owns: after a change of layout without ``reshard``, not all of them."""
@@ -347,21 +411,38 @@ class Daemon:
             "engine": e.selected,
             "engine_reason": e.selection_reason,
             "model_error": self.model_error,
+            "models": self._models_status(),
             "config_revision": self.config.revision,
             "shard": str(self.shard),
             "started_at": self.started_at,
             "advisory": True,
         }
 
+    def _models_status(self) -> list[dict[str, Any]]:
+        """Each model on the status topic: name, file, routes, engine and its streams by state."""
+        out = []
+        for unit in self.units:
+            states = list(unit.monitor.streams.values())
+            out.append({"name": unit.name, "model": unit.engine.card.name, "model_sha256": unit.engine.sha256,
+                        "match": [t.template for t in unit.match] or None,
+                        "engine": unit.engine.selected, "model_error": unit.error,
+                        "streams": {state: states.count(state) for state in ("active", "warming")}})  # fmt: skip
+        return out
+
     def _archive_header(self) -> ArchiveHeader:
         e = self.engine
         return ArchiveHeader(tuple(e.card.channels), e.card.name, e.sha256, self.config.windows.period)
 
     def _publish_model_metrics(self) -> None:
-        e = self.engine
-        key = (("engine", e.selected), ("model", e.card.name), ("providers", ",".join(e.providers)),
-               ("sha256", e.sha256))  # fmt: skip
-        self.metrics.replace("trep_edge_model_info", {key: 1.0})
+        series = {}
+        for unit in self.units:
+            e = unit.engine
+            labels = {"engine": e.selected, "model": e.card.name, "providers": ",".join(e.providers),
+                      "sha256": e.sha256}  # fmt: skip
+            if self.routed:  # the model label names the model as every per-model series does; card: the card's name
+                labels.update(card=e.card.name, **unit.labels)
+            series[tuple(sorted(labels.items()))] = 1.0
+        self.metrics.replace("trep_edge_model_info", series)
 
     # -- control -------------------------------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -429,9 +510,9 @@ class Daemon:
                 if self._reload.is_set():
                     self._reload.clear()
                     self.reload("SIGHUP")
-                elif self.config.model.watch and now >= next_watch:
+                elif now >= next_watch:
                     next_watch = now + self.config.model.watch_interval
-                    self._watch_model()
+                    self._watch_models()
                 evict_after = self.config.monitor.evict_after
                 if evict_after and now >= next_sweep:
                     next_sweep = now + min(10.0, evict_after / 2)
@@ -494,15 +575,14 @@ class Daemon:
     def _ingest(self, items: list[Telemetry]) -> None:
         if not items:
             return
-        card = self.engine.card
-        # A channel-independent model scores every channel a stream sends on its own lane: any name is a channel.
-        channels = None if card.channel_mode == "independent" else card.channels
-        renames = self.config.input.renames  # parsed once per batch, not per message
+        # Each model's channels and renames, worked out once per batch, not per message.
+        intake = {unit.name: (unit.channels, unit.config.input.renames) for unit in self.units}
         now = time.time()
         for item in items:
             self.metrics.inc("trep_edge_messages_total")
             try:
-                self._ingest_one(item, channels, renames, now)
+                unit = route(self.units, item.topic)
+                self._ingest_one(item, unit, *intake[unit.name], now)
             except Exception as exc:  # the message boundary: a bug must cost one message, not the daemon
                 if not self._internal_errors:  # the first traceback; later ones are counted and rate-limited
                     log.exception("internal error on a message from %s", item.topic)
@@ -513,11 +593,12 @@ class Daemon:
             horizon = time.time() - 600
             self._arrivals = {k: v for k, v in self._arrivals.items() if v > horizon}
 
-    def _ingest_one(self, item: Telemetry, channels: list[str] | None, renames: dict[str, str], now: float) -> None:
+    def _ingest_one(self, item: Telemetry, unit: ModelUnit, channels: list[str] | None, renames: dict[str, str],
+                    now: float) -> None:  # fmt: skip
         if item.control:
             self._control(item)
             return
-        cfg = self.config.input
+        cfg = unit.config.input
         codes = cfg.disconnected_codes
         if not item.matched:
             self._reject(TOPIC_KIND, "topic matches no template in mqtt.topics", item)
@@ -540,20 +621,42 @@ class Daemon:
         if cfg.format == "sparkplug":
             self._sparkplug_session()
         for reading in readings:
+            if self.routed and not self._claim(unit, reading.stream, item):
+                continue
             reading = mark_disconnected(reading, codes)
-            kind = self.monitor.ingest(reading, now)
+            kind = unit.monitor.ingest(reading, now)
             if kind is not None:
                 self._reject(kind, f"reading at {reading.timestamp} refused by the window policy", item)
                 if kind == "too_many_streams":  # which feed is crowding out the others
                     self.metrics.inc("trep_edge_streams_refused_total", pattern=item.pattern)
                 continue
+            if self.routed:
+                self._owner[reading.stream] = unit
             self.metrics.inc("trep_edge_readings_total")
-            if reading.stream in self.lifecycle.stale:
-                self._publish_status(self.lifecycle.accepted(reading.stream, reading.timestamp))
-                self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
-            if self.archive is not None:
+            if reading.stream in unit.lifecycle.stale:
+                self._publish_status(unit, unit.lifecycle.accepted(reading.stream, reading.timestamp))
+                self._set_stale_gauge(unit)
+            if self.archive is not None and unit is self.default:  # the archive's columns are this model's channels
                 self.archive.record(reading.stream, reading.timestamp, reading.values)
             self._arrivals.setdefault((reading.stream, reading.timestamp), item.received)
+
+    def _claim(self, unit: ModelUnit, stream: str, item: Telemetry) -> bool:
+        """Whether ``unit`` may score ``stream``: not while another model takes its readings (refused); a stream
+        restored under another model moves to ``unit`` (the routes changed since the checkpoint)."""
+        owner = self._owner.get(stream)
+        if owner is not None and owner is not unit:
+            self._reject(OTHER_MODEL_KIND, f"stream {stream!r} is scored by model {owner.name}, but this topic routes "
+                         f"to model {unit.name}: give the topics of different models distinct stream ids", item)
+            return False
+        if owner is None:
+            for other in self.units:
+                if other is not unit and other.monitor.has_stream(stream):
+                    for alert in other.monitor.remove_streams([stream]):
+                        self._publish_alert(other, alert)
+                    other.lifecycle.forget([stream])
+                    log.warning("stream %s moved from model %s to model %s, where its topic routes now; its state "
+                                "starts again", stream, other.name, unit.name)  # fmt: skip
+        return True
 
     def _sparkplug_session(self) -> None:
         """Act on what the last Sparkplug message said of its edge node: a death reports the node's (and its
@@ -569,12 +672,15 @@ class Daemon:
                 self.metrics.inc("trep_edge_sparkplug_rebirth_requests_total", reason=rebirth.reason)
                 log.info("asked Sparkplug edge node %s to rebirth (%s)", rebirth.node, rebirth.reason)
         for death in events.deaths:
-            dead = [stream for stream in self.monitor.streams if death.covers(stream)]
-            changes = self.lifecycle.offline(dead, time.time(), "death", {"sparkplug": death.message_type})
-            for change in changes:
-                self._publish_status(change)
-            self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
-            log.info("Sparkplug %s of %s: %d stream(s) newly no_data", death.message_type, death.stream, len(changes))
+            newly = 0
+            for unit in self.units:  # a node's devices may be routed to several models
+                dead = [stream for stream in unit.monitor.streams if death.covers(stream)]
+                changes = unit.lifecycle.offline(dead, time.time(), "death", {"sparkplug": death.message_type})
+                for change in changes:
+                    self._publish_status(unit, change)
+                self._set_stale_gauge(unit)
+                newly += len(changes)
+            log.info("Sparkplug %s of %s: %d stream(s) newly no_data", death.message_type, death.stream, newly)
 
     def _reject(self, kind: str, message: str, item: Telemetry) -> None:
         """Count, log at a rate limit and dead-letter a sample; never raises."""
@@ -594,67 +700,75 @@ class Daemon:
 
     # -- scoring -------------------------------------------------------------------------------------------------
     def _safe_tick(self) -> None:
-        try:
-            self._tick()
-        except Exception:  # e.g. onnxruntime failing: count, log, keep the loop (and /healthz) alive
-            self.metrics.inc("trep_edge_tick_errors_total")
-            log.exception("scoring tick failed; the steps it finalised are lost")
+        for unit in self.units:
+            try:
+                if unit is self.units[0]:
+                    self._release_silenced()  # once per tick, before any model's alerts of this tick
+                self._tick(unit)
+            except Exception:  # e.g. onnxruntime failing: count, log, keep the loop (and /healthz) alive
+                self.metrics.inc("trep_edge_tick_errors_total", **unit.labels)
+                log.exception("scoring tick%s failed; the steps it finalised are lost",
+                              f" of model {unit.name}" if self.routed else "")  # fmt: skip
 
-    def _tick(self) -> None:
-        result = self.monitor.tick(time.time())
+    def _tick(self, unit: ModelUnit) -> None:
+        result = unit.monitor.tick(time.time())
         topics = self.config.topics
-        for message in self.control.expire(time.time()):  # silences that ran out: what they held back
-            self._publish_episode(message, notify=True)
-        self.metrics.set("trep_edge_silences", len(self.control.silences))
         if result.batch_rows:
-            self.metrics.observe("trep_edge_inference_batch_rows", result.batch_rows)
-            self.metrics.observe("trep_edge_inference_seconds", result.inference_seconds)
-        self._lifecycle_of_scored(result, first=True)  # a stream's first ok precedes an alert of the same tick
+            self.metrics.observe("trep_edge_inference_batch_rows", result.batch_rows, **unit.labels)
+            self.metrics.observe("trep_edge_inference_seconds", result.inference_seconds, **unit.labels)
+        self._lifecycle_of_scored(unit, result, first=True)  # a stream's first ok precedes an alert of the same tick
         for alert in result.alerts:
-            self._publish_alert(alert)
-        self._lifecycle_of_scored(result, first=False)  # an alert ends the pending run it came from
+            self._publish_alert(unit, alert)
+        self._lifecycle_of_scored(unit, result, first=False)  # an alert ends the pending run it came from
         for event in result.sensor:
             # The alerts topic only: the retained state topic is the stream's anomaly episode, which a sensor fault
             # must not overwrite.
-            message = sensor_message(event, self.engine, self.config.revision)
+            message = sensor_message(event, unit.engine, self.config.revision)
             self.link.publish(fill_topic(topics.alerts, event.stream), json.dumps(message), qos=1)
-            self.metrics.inc("trep_edge_sensor_faults_total", state=event.state)
+            self.metrics.inc("trep_edge_sensor_faults_total", state=event.state, **unit.labels)
             log.info("sensor fault %s %s: value %.6g, plausible [%.6g, %.6g]", message["alert_id"], event.state,
                      event.value, event.low, event.high)  # fmt: skip
         published = time.time()
         for s in result.scored:
             if topics.scores:
-                self.link.publish(fill_topic(topics.scores, s.stream), json.dumps(score_message(s)),
+                self.link.publish(fill_topic(topics.scores, s.stream), json.dumps(score_message(s, unit.engine)),
                                   qos=topics.scores_qos)  # fmt: skip
             arrival = self._arrivals.pop((s.stream, s.timestamp), None)
             if arrival is not None:
                 self.metrics.observe("trep_edge_reading_latency_seconds", max(0.0, published - arrival))
         if result.scored:
-            self.metrics.inc("trep_edge_scored_total", len(result.scored))
+            self.metrics.inc("trep_edge_scored_total", len(result.scored), **unit.labels)
         self.metrics.set("trep_edge_last_tick_timestamp_seconds", published)
 
-    def _lifecycle_of_scored(self, result: TickResult, first: bool) -> None:
+    def _release_silenced(self) -> None:
+        """Silences that ran out: publish what they held back."""
+        for message in self.control.expire(time.time()):
+            self._publish_episode(self._unit_of(message["stream"]), message, notify=True)
+        self.metrics.set("trep_edge_silences", len(self.control.silences))
+
+    def _lifecycle_of_scored(self, unit: ModelUnit, result: TickResult, first: bool) -> None:
         """The scored streams' lifecycle changes: with ``first``, a stream's first ``ok`` (on its first scored
         reading); else ``pending`` and its end, from the gate's hot run after the tick (on the latest reading)."""
+        lifecycle = unit.lifecycle
         if first:
             for s in result.scored:
-                self._publish_status(self.lifecycle.scored(s.stream, s.warming, s.timestamp))
+                self._publish_status(unit, lifecycle.scored(s.stream, s.warming, s.timestamp))
             return
-        if not (self.lifecycle.pending_enabled or self.lifecycle.pending):
+        if not (lifecycle.pending_enabled or lifecycle.pending):
             return  # nothing pending to publish or to end: skip a per-stream pass on every tick
-        debounce = self.config.detector.debounce
+        debounce = unit.config.detector.debounce
         for s in {s.stream: s for s in result.scored}.values():
             hot_run = result.hot_runs.get(s.stream, 0)
             details = {"hot_readings": hot_run, "debounce": debounce, "score": s.surprise, "threshold": s.threshold}
-            self._publish_status(self.lifecycle.scored(s.stream, s.warming, s.timestamp, hot_run, details))
+            self._publish_status(unit, lifecycle.scored(s.stream, s.warming, s.timestamp, hot_run, details))
 
-    def _publish_status(self, change: StreamStatus | None) -> None:
+    def _publish_status(self, unit: ModelUnit, change: StreamStatus | None) -> None:
         """A stream's lifecycle status: on the alerts topic (all but its first ``ok``) and retained on its state
         topic, unless an open episode's last message is to be retained again instead."""
         if change is None:
             return
         topics = self.config.topics
-        payload = json.dumps(stream_message(change, self.engine, self.config.revision))
+        payload = json.dumps(stream_message(change, unit.engine, self.config.revision))
         if change.to_alerts:
             self.link.publish(fill_topic(topics.alerts, change.stream), payload, qos=1)
         retained = payload if change.retain is None else json.dumps(change.retain)
@@ -665,59 +779,84 @@ class Daemon:
                 "stream %s %s (%s)%s", change.stream, change.status, change.reason,
                 f", alert {change.open_alert} open" if change.open_alert else "")  # fmt: skip
 
+    def _set_stale_gauge(self, unit: ModelUnit) -> None:
+        self.metrics.set("trep_edge_streams_stale", len(unit.lifecycle.stale), **unit.labels)
+
     def _mark_stale(self, after: float) -> None:
         """Report the streams silent for ``after`` seconds as ``no_data``, once per silence."""
         now = time.time()
-        changes = self.lifecycle.silent(self.monitor.silent(now, after), now, after)
-        for change in changes:
-            self._publish_status(change)
-        if changes:
-            self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
-            log.info("%d stream(s) silent for %.0f s: no_data (e.g. %s); %d stale in all", len(changes), after,
-                     changes[0].stream, len(self.lifecycle.stale))  # fmt: skip
+        for unit in self.units:
+            changes = unit.lifecycle.silent(unit.monitor.silent(now, after), now, after)
+            for change in changes:
+                self._publish_status(unit, change)
+            if changes:
+                self._set_stale_gauge(unit)
+                log.info("%d stream(s) silent for %.0f s: no_data (e.g. %s); %d stale in all", len(changes), after,
+                         changes[0].stream, len(unit.lifecycle.stale))  # fmt: skip
 
-    def _publish_alert(self, alert: AlertOut) -> None:
-        message = alert_message(alert, self.engine, self.config.revision)
-        if self.archive is not None:
+    def _publish_alert(self, unit: ModelUnit, alert: AlertOut) -> None:
+        message = alert_message(alert, unit.engine, self.config.revision)
+        if self.archive is not None and unit is self.default:
             self.archive.record_alert(message)  # retraining leaves alert ranges out (docs/retraining.md)
         notify = self.control.on_episode(message, time.time())  # ack and silence fields; a silence holds it back
         if not notify:
             self.metrics.inc("trep_edge_alerts_withheld_total")
-        self._publish_episode(message, notify)
-        self._publish_fhir(alert, message["published_at"])  # a record, not a notification: silences do not hold it
-        self.metrics.inc("trep_edge_alerts_total", state=alert.state)
+        self._publish_episode(unit, message, notify)
+        # A record, not a notification: silences do not hold it.
+        self._publish_fhir(unit, alert, message["published_at"])
+        self.metrics.inc("trep_edge_alerts_total", state=alert.state, **unit.labels)
         log.info("alert %s %s (%s): score %.3g vs threshold %.3g%s", alert.alert_id, alert.state, alert.severity,
                  alert.score, alert.threshold, f" (channel {alert.channel})" if alert.channel else "")  # fmt: skip
 
-    def _publish_fhir(self, alert: AlertOut, published: float) -> None:
-        """With ``[fhir] enabled``, the episode change as a FHIR transaction Bundle on its own topic (runtime/fhir.py)."""
+    def _publish_fhir(self, unit: ModelUnit, alert: AlertOut, published: float) -> None:
+        """With ``[fhir] enabled``, the episode change as a FHIR transaction Bundle on its own topic (runtime/fhir.py),
+        naming the model that scored it (its card's channel codes)."""
         fhir = self.config.fhir
         if fhir.enabled:
-            bundle = self.fhir.bundle(alert, self.engine.card, self.engine.sha256, fhir, published)
+            bundle = self.fhir.bundle(alert, unit.engine.card, unit.engine.sha256, fhir, published)
             self.link.publish(fill_topic(fhir.topic, alert.stream), json.dumps(bundle), qos=1)
 
-    def _publish_episode(self, message: dict[str, Any], notify: bool) -> None:
+    def _publish_episode(self, unit: ModelUnit, message: dict[str, Any], notify: bool) -> None:
         """An episode message: retained on the stream's state topic, and on the alerts topic when notified."""
         payload = json.dumps(message)
         if notify:
             self.link.publish(fill_topic(self.config.topics.alerts, message["stream"]), payload, qos=1)
         self.link.publish(fill_topic(self.config.topics.state, message["stream"]), payload, qos=1, retain=True)
-        self.lifecycle.episode(message["stream"], message)
+        unit.lifecycle.episode(message["stream"], message)
+
+    def _unit_of(self, stream: str) -> ModelUnit:
+        """The model that holds ``stream`` (or last took its readings); the default model for one none knows."""
+        held = next((unit for unit in self.units if unit.monitor.has_stream(stream)), None)
+        return held or self._owner.get(stream, self.default)
+
+    def _control_unit(self, item: Telemetry) -> ModelUnit:
+        """The model whose stream a control message is about: the default model for one that names none (a pattern
+        silence) or that is malformed (``Control.handle`` reports it)."""
+        if not self.routed:
+            return self.default
+        try:
+            request = parse_request(item.payload, item.control, self.config.input.max_bytes)
+        except ControlError:
+            return self.default
+        return self.default if request.stream is None else self._unit_of(request.stream)
 
     def _control(self, item: Telemetry) -> None:
         """An operator command or bed event (runtime/control_topics.py): apply it, publish what it changed, reply."""
-        outcome = self.control.handle(item, self.monitor, self.lifecycle.open, time.time(), self.config.input.max_bytes)
+        unit = self._control_unit(item)
+        outcome = self.control.handle(item, unit.monitor, unit.lifecycle.open, time.time(), self.config.input.max_bytes)
         if outcome.error is not None:
             self._reject(outcome.error.kind, str(outcome.error), item)
         for alert in outcome.cleared:
-            self._publish_alert(alert)
+            self._publish_alert(unit, alert)
         if outcome.forget:
-            self.lifecycle.forget(outcome.forget)
-            self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
+            unit.lifecycle.forget(outcome.forget)
+            self._set_stale_gauge(unit)
+            for stream in outcome.forget:  # discharged or renamed: the next reading of the id claims it afresh
+                self._owner.pop(stream, None)
         for message in outcome.retain:
-            self._publish_episode(message, notify=False)
+            self._publish_episode(self._unit_of(message["stream"]), message, notify=False)
         for message in outcome.notify:
-            self._publish_episode(message, notify=True)
+            self._publish_episode(self._unit_of(message["stream"]), message, notify=True)
         self.metrics.inc("trep_edge_control_requests_total", request=outcome.request, result=outcome.result)
         if outcome.reply is not None:
             topic = fill_topic(self.config.topics.replies, client_id=self.config.mqtt.client_id)
@@ -726,42 +865,52 @@ class Daemon:
 
     def _evict(self, after: float) -> None:
         """Close the streams silent for ``after`` seconds: clear their open episodes, forget their state."""
-        silent = self.monitor.silent(time.time(), after)
-        for alert in self.monitor.remove_streams(silent) if silent else []:
-            self._publish_alert(alert)
-        if silent:
-            self.lifecycle.forget(silent)
-            self.metrics.set("trep_edge_streams_stale", len(self.lifecycle.stale))
+        now = time.time()
+        for unit in self.units:
+            silent = unit.monitor.silent(now, after)
+            if not silent:
+                continue
+            for alert in unit.monitor.remove_streams(silent):
+                self._publish_alert(unit, alert)
+            unit.lifecycle.forget(silent)
+            for stream in silent:
+                self._owner.pop(stream, None)
+            self._set_stale_gauge(unit)
             self._update_gauges()  # before the counter: a scraper that sees the eviction sees the gauges after it
             self.metrics.inc("trep_edge_streams_evicted_total", len(silent))
             log.info("closed %d stream(s) silent for %.0f s (e.g. %s)", len(silent), after, silent[0])
 
     def _update_gauges(self) -> None:
         self.metrics.set("trep_edge_mqtt_connected", 1.0 if self.link.connected else 0.0)
-        states = list(self.monitor.streams.values())
-        for state in ("active", "warming"):
-            self.metrics.set("trep_edge_streams", states.count(state), state=state)
-        self.metrics.replace("trep_edge_monitor_events_total",
-                             {(("event", k),): float(v) for k, v in self.monitor.counters.items()})  # fmt: skip
+        events: dict[tuple[tuple[str, str], ...], float] = {}
+        for unit in self.units:
+            states = list(unit.monitor.streams.values())
+            for state in ("active", "warming"):
+                self.metrics.set("trep_edge_streams", states.count(state), state=state, **unit.labels)
+            for event, count in unit.monitor.counters.items():
+                events[tuple(sorted({"event": event, **unit.labels}.items()))] = float(count)
+        self.metrics.replace("trep_edge_monitor_events_total", events)
         self.metrics.set("trep_edge_checkpoint_age_seconds", time.monotonic() - self._last_checkpoint)
         if time.monotonic() - self._last_status >= STATUS_COUNTS_INTERVAL:
             self._last_status = time.monotonic()
-            self.link.publish_status({"counters": self._counters(), "period_mismatch": self._period_check()})
+            mismatch = [self._period_check(unit) for unit in self.units]
+            self.link.publish_status({"counters": self._counters(), "period_mismatch": mismatch[-1],
+                                      "models": self._models_status()})  # fmt: skip
 
-    def _period_check(self) -> dict[str, Any]:
+    def _period_check(self, unit: ModelUnit) -> dict[str, Any]:
         """Streams sampled at another period than the model learned (more than 2x off): metric, status and a log
         line whenever their number grows. Such a stream's window spans another stretch of time than the model's."""
-        off = self.monitor.period_mismatches()
-        self.metrics.set("trep_edge_streams_period_mismatch", len(off))
-        if len(off) > self._period_mismatches:
+        off = unit.monitor.period_mismatches()
+        card = unit.engine.card
+        self.metrics.set("trep_edge_streams_period_mismatch", len(off), **unit.labels)
+        if len(off) > unit.period_mismatches:
             name, seen = next(iter(off.items()))
             log.warning("%d stream(s) send at another period than model %s was trained on (%g s): e.g. %s every "
                         "%.3g s; their windows span another stretch of time than the model learned (set [windows] "
-                        "period and route them to a model of their period)", len(off), self.engine.card.name,
-                        self.engine.card.period, name, seen)  # fmt: skip
-        self._period_mismatches = len(off)
-        return {"streams": len(off), "model_period": self.engine.card.period,
-                "examples": dict(list(off.items())[:5])}  # fmt: skip
+                        "period and route them to a model of their period)", len(off), card.name, card.period, name,
+                        seen)  # fmt: skip
+        unit.period_mismatches = len(off)
+        return {"streams": len(off), "model_period": card.period, "examples": dict(list(off.items())[:5])}
 
     def _counters(self) -> dict[str, Any]:
         """The counters an integrator limited to MQTT sees on the status topic (the same as /metrics)."""
@@ -772,18 +921,24 @@ class Daemon:
         counts["queue_depth"] = len(self.queue)
         counts["tick_backlog"] = self._backlog
         counts["streams"] = self.metrics.counts("trep_edge_streams")
-        counts["monitor_events"] = self.monitor.counters
+        events: dict[str, int] = {}
+        for unit in self.units:  # every model's together; the models' own are on /metrics
+            for event, count in unit.monitor.counters.items():
+                events[event] = events.get(event, 0) + count
+        counts["monitor_events"] = events
         return counts
 
     # -- state ---------------------------------------------------------------------------------------------------
     def checkpoint(self) -> None:
-        """Write the monitor's state atomically (a failure is logged and retried at the next interval)."""
+        """Write every model's state atomically (a failure is logged and retried at the next interval)."""
         self._last_checkpoint = time.monotonic()
-        meta = {"saved_at": time.time(), "model": self.engine.card.name, "model_sha256": self.engine.sha256,
-                "config_revision": self.config.revision, "shard": str(self.shard),
-                "lifecycle": self.lifecycle.to_json(), "control": self.control.to_json()}  # fmt: skip
+        models = {self._checkpoint_key(unit): (unit.monitor.state_dict(), {
+            "model": unit.engine.card.name, "model_sha256": unit.engine.sha256,
+            "lifecycle": unit.lifecycle.to_json()}) for unit in self.units}  # fmt: skip
+        common = {"saved_at": time.time(), "config_revision": self.config.revision, "shard": str(self.shard),
+                  "control": self.control.to_json()}  # fmt: skip
         try:
-            save_checkpoint(self.config.state.path, self.monitor.state_dict(), meta)
+            save_checkpoint(self.config.state.path, *join_models(models, common))
         except OSError as exc:
             log.error("could not write the checkpoint %s: %s", self.config.state.path, exc)
             return
@@ -798,58 +953,90 @@ class Daemon:
             return None
         return st.st_mtime_ns, st.st_size
 
-    def _watch_model(self) -> None:
-        stamp = self._model_stamp(self.config.model.path)
-        if stamp is None or stamp == self._model_seen:
-            return
-        self._model_seen = stamp
-        self.reload("model file changed", config=self.config)
+    def _watch_models(self) -> None:
+        """Reload each model whose file changed, that model alone."""
+        for unit in self.units:
+            if not unit.config.model.watch:
+                continue
+            stamp = self._model_stamp(unit.config.model.path)
+            if stamp is None or stamp == unit.stamp:
+                continue
+            unit.stamp = stamp
+            self.reload("model file changed", config=self.config, only=unit)
 
-    def reload(self, reason: str, config: MonitorConfig | None = None) -> bool:
-        """Load config (unless given) and model aside, then swap both in; refuse and keep the old on any error."""
+    def reload(self, reason: str, config: MonitorConfig | None = None, only: ModelUnit | None = None) -> bool:
+        """Load config (unless given) and models aside, then swap in the models that changed (``only``: that model
+        alone, its file changed); refuse and keep the old ones on any error."""
+        sections = ("mqtt", "http", "topics", "archive")
         try:
             if config is None:
                 path, env, flags = self._config_source
                 config = load_config(path, env, flags)
-            check_lifecycle(config)
-            sections = ("mqtt", "http", "topics", "archive")
+            models = checked_models(config)
             restart_only = [f"[{s}]" for s in sections if getattr(config, s) != getattr(self.config, s)]
             old, new = self.config.monitor, config.monitor
             if old.shard != new.shard:
                 restart_only.append("monitor.shard")  # the state holds the streams of the running shard
+            running = [(u.name, tuple(t.template for t in u.match)) for u in self.units]
+            if [(m.name, m.match) for m in models] != running:
+                restart_only.append("[[routes]]")  # the streams are the models' of the running routes
+                config.routes = self.config.routes
+                models = config.models()
             if restart_only:
                 log.warning("reload (%s): changes to %s take effect after a restart", reason, ", ".join(restart_only))
-            engine = self.engine
-            if config.model != self.config.model or self._file_sha(config.model.path) != self.engine.sha256:
-                engine = self._load_engine(config)
-            state = self.monitor.state_dict()
-            monitor = Monitor.from_state(self.engine, state, config.windows, config.alerts, config.detector)
-            if engine is not self.engine:
-                monitor.swap_engine(engine)
+            swaps = [(unit, model.config, self._prepare(unit, model.config))
+                     for unit, model in zip(self.units, models) if only is None or unit is only]  # fmt: skip
         except Exception as exc:  # a bad model or config must never take the running monitor down
-            self.model_error = f"refused reload ({reason}): {exc}"
-            log.error("%s; still running model %s (sha256 %s)", self.model_error, self.engine.card.name,
-                      self.engine.sha256[:12])  # fmt: skip
+            which = f" of model {only.name}" if self.routed and only is not None else ""
+            error = f"refused reload{which} ({reason}): {exc}"
+            if only is None:
+                self._config_error = error
+            else:
+                only.error = error
+            log.error("%s; still running %s", error, ", ".join(f"model {u.engine.card.name} (sha256 "
+                                                              f"{u.engine.sha256[:12]})" for u in self.units))
             self.metrics.inc("trep_edge_model_reloads_total", result="refused")
             self.link.publish_status(self._status())
             return False
-        keep = {s: getattr(self.config, s) for s in ("mqtt", "http", "topics", "archive")}
-        self.config = config
-        for section, value in keep.items():
-            setattr(self.config, section, value)
-        swapped = engine is not self.engine
-        self.engine, self.monitor, self.model_error = engine, monitor, None
-        self.lifecycle.pending_enabled = config.alerts.pending
-        if self.archive is not None and swapped:
-            self.archive.set_header(self._archive_header())  # the next part names the new model
-        self._model_seen = self._model_stamp(config.model.path)
-        self._bad.log_interval, self._bad.sample_interval = config.input.log_interval, config.input.dead_letter_interval
-        log.info("reloaded (%s): model %s sha256 %s, config revision %s", reason, engine.card.name,
-                 engine.sha256[:12], self.config.revision)  # fmt: skip
+        if only is None:
+            keep = {s: getattr(self.config, s) for s in sections}
+            self.config = config
+            for section, value in keep.items():
+                setattr(self.config, section, value)
+            self._config_error = None
+            self._bad.log_interval = config.input.log_interval
+            self._bad.sample_interval = config.input.dead_letter_interval
+        for unit, unit_config, prepared in swaps:
+            unit.config, unit.error = unit_config, None
+            unit.stamp = self._model_stamp(unit_config.model.path)
+            unit.lifecycle.pending_enabled = unit_config.alerts.pending
+            if prepared is None:
+                continue  # nothing of this model changed: its streams are not touched
+            swapped = prepared[0] is not unit.engine
+            unit.engine, unit.monitor = prepared
+            if self.archive is not None and swapped and unit is self.default:
+                self.archive.set_header(self._archive_header())  # the next part names the new model
+        log.info("reloaded (%s): %s, config revision %s", reason, ", ".join(
+            f"model {u.engine.card.name} sha256 {u.engine.sha256[:12]}" for u, _, _ in swaps), self.config.revision)
         self.metrics.inc("trep_edge_model_reloads_total", result="ok")
         self._publish_model_metrics()
         self.link.publish_status(self._status())
         return True
+
+    def _prepare(self, unit: ModelUnit, config: MonitorConfig) -> tuple[Engine, Monitor] | None:
+        """A model's new engine and monitor for ``config`` (its streams' state carried over), loaded aside; None
+        when neither its file nor its settings changed."""
+        same_file = self._file_sha(config.model.path) == unit.engine.sha256
+        if same_file and scoring_settings(config) == scoring_settings(unit.config):
+            return None
+        engine = unit.engine
+        if config.model != unit.config.model or not same_file:
+            engine = self._load_engine(config)
+        state = unit.monitor.state_dict()
+        monitor = Monitor.from_state(unit.engine, state, config.windows, config.alerts, config.detector)
+        if engine is not unit.engine:
+            monitor.swap_engine(engine)
+        return engine, monitor
 
     @staticmethod
     def _file_sha(path: str) -> str | None:
@@ -857,6 +1044,14 @@ class Daemon:
             return file_sha256(path)
         except OSError:
             return None
+
+
+def checked_models(config: MonitorConfig) -> list[ModelSettings]:
+    """The configuration's models, after the checks that need more than one table (routes, lifecycle timing)."""
+    models = check_routes(config)
+    for model in models:
+        check_lifecycle(model.config)
+    return models
 
 
 def check_engine(engine: Engine) -> None:
@@ -873,6 +1068,9 @@ def run_daemon(config: MonitorConfig, config_path: str | None = None,
                flags: Mapping[tuple[str, str], str] | None = None) -> int:  # fmt: skip
     """Build and run the daemon until SIGTERM/SIGINT."""
     daemon = Daemon(config, config_path, os.environ, flags)
-    log.info("model %s (sha256 %s) on %s, config revision %s, status on %s", daemon.engine.card.name,
-             daemon.engine.sha256[:12], daemon.engine.providers, config.revision, daemon.status_topic)  # fmt: skip
+    for unit in daemon.units:
+        routes = f" for {', '.join(t.template for t in unit.match)}" if unit.match else ""
+        log.info("model %s (sha256 %s) on %s%s", unit.engine.card.name, unit.engine.sha256[:12],
+                 unit.engine.providers, routes)  # fmt: skip
+    log.info("config revision %s, status on %s", config.revision, daemon.status_topic)
     return daemon.run()

@@ -50,14 +50,15 @@ class Metrics:
         if kind == "counter":  # a sample at 0 from the start, so rate() and alerts see the first increment
             self._families[name].values[()] = 0.0
 
-    def zero(self, name: str, label: str, values: tuple[str, ...]) -> None:
-        """Export a labelled counter at 0 for each of ``values`` (replacing its unlabelled 0 sample)."""
+    def zero(self, name: str, label: str, values: tuple[str, ...], **fixed: str) -> None:
+        """Export a labelled counter at 0 for each of ``values`` (replacing its unlabelled 0 sample), with the
+        ``fixed`` labels too (e.g. the model of a per-model counter)."""
         with self._lock:
             fam = self._family(name, "counter")
             if fam.values.get((), None) == 0.0:
                 del fam.values[()]
             for v in values:
-                fam.values.setdefault(((label, v),), 0.0)
+                fam.values.setdefault(tuple(sorted({label: v, **fixed}.items())), 0.0)
 
     def _family(self, name: str, kind: str) -> _Family:
         fam = self._families.get(name)

@@ -710,6 +710,10 @@ class Monitor:
         """Running totals: the window store's (readings_accepted, late, duplicate, ...) and the monitor's."""
         return {**self._store.counters, **self._counters}
 
+    def has_stream(self, name: str) -> bool:
+        """Whether ``name`` is one of the streams."""
+        return name in self._index
+
     @property
     def streams(self) -> dict[str, str]:
         """Each stream's status: ``warming`` or ``active`` (may alert)."""

@@ -88,6 +88,37 @@ class TopicTemplate:
             return False, None, None
         return True, "/".join(values) if values else None, channel
 
+    def _kinds(self) -> list[tuple[str, str]]:
+        """The levels with every ``{name}`` as the ``+`` it subscribes to."""
+        return [("+", "+") if kind == "name" else (kind, text) for kind, text in self._levels]
+
+    def covers(self, other: "TopicTemplate") -> bool:
+        """Whether every topic ``other`` matches is matched here too (a later route with it would never apply)."""
+        mine, theirs = self._kinds(), other._kinds()
+        for i, (kind, text) in enumerate(theirs):
+            if i >= len(mine) or kind == "#" and mine[i][0] != "#":
+                return False
+            if mine[i][0] == "#":
+                return True
+            if mine[i][0] == "lit" and (kind != "lit" or text != mine[i][1]):
+                return False
+        # '#' also matches its parent level: a/# covers a.
+        return len(mine) == len(theirs) or len(mine) == len(theirs) + 1 and mine[-1][0] == "#"
+
+    def overlaps(self, other: "TopicTemplate") -> bool:
+        """Whether some topic matches both (a route no subscribed template overlaps never receives a message)."""
+        mine, theirs = self._kinds(), other._kinds()
+        for i in range(max(len(mine), len(theirs))):
+            if i >= len(mine) or i >= len(theirs):
+                rest = mine[i:] or theirs[i:]
+                return rest[0][0] == "#" and len(rest) == 1
+            (a, a_text), (b, b_text) = mine[i], theirs[i]
+            if "#" in (a, b):
+                return True
+            if a == b == "lit" and a_text != b_text:
+                return False
+        return True
+
 
 def match_topic(templates: list[TopicTemplate], topic: str) -> tuple[str | None, str | None, str | None]:
     """The first template matching ``topic`` decides its stream id and channel: (template text, stream, channel);

@@ -17,6 +17,9 @@ classified by its shape, so state added to the monitor later moves with its stre
   the entry's stream;
 - any other array must have one row per stream (first dimension = the number of streams) and moves with its
   stream; a key that fits none of these is refused with its name, rather than guessed.
+
+A checkpoint of several models (``[[routes]]``) is split by ``checkpoint.split_models``, and each model's streams
+are resharded on their own: every old checkpoint must hold the same models.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import join_models, load_checkpoint, save_checkpoint, split_models
 from .sharding import Shard, shard_of
 
 State = Mapping[str, np.ndarray]
@@ -214,14 +217,21 @@ def reshard_files(paths: Sequence[str | Path], count: int, out_dir: str | Path, 
             raise ValueError(f"{path} is not a readable trep-edge checkpoint (a daemon's [state] path): {exc}") from exc
     metas = [meta for _, meta in loaded]
     _check_layout(metas, paths, allow_missing)
-    parts = reshard([state for state, _ in loaded], [str(p) for p in paths], count)
+    # A daemon of several models: each model's streams are resharded on their own, then joined again.
+    models = [split_models(state, meta) for state, meta in loaded]
+    if any(m.keys() != models[0].keys() for m in models):
+        listing = "; ".join(f"{p}: {', '.join(sorted(k or '[model]' for k in m))}" for p, m in zip(paths, models))
+        raise ValueError(f"the checkpoints hold different models: {listing}; reshard checkpoints of one deployment, "
+                         "all run with the same [[routes]]")  # fmt: skip
+    parts = {key: reshard([m[key][0] for m in models], [str(p) for p in paths], count) for key in models[0]}
     out_dir = Path(out_dir)
     written = []
-    for i, part in enumerate(parts):
-        meta = {"saved_at": min(float(m.get("saved_at", time.time())) for m in metas), "model": metas[0].get("model"),
-                "model_sha256": metas[0].get("model_sha256"), "shard": str(Shard(i, count)),
+    for i in range(count):
+        meta = {"saved_at": min(float(m.get("saved_at", time.time())) for m in metas), "shard": str(Shard(i, count)),
                 "resharded_from": [str(p) for p in paths], "resharded_at": time.time()}  # fmt: skip
+        per_model = {key: (part[i], {k: models[0][key][1].get(k) for k in ("model", "model_sha256")})
+                     for key, part in parts.items()}  # fmt: skip
         target = out_dir / name.format(i=i, n=count)
-        save_checkpoint(target, part, meta)
+        save_checkpoint(target, *join_models(per_model, meta))
         written.append(target)
     return written
