@@ -419,7 +419,7 @@ class Daemon:
         }
 
     def _models_status(self) -> list[dict[str, Any]]:
-        """Each model on the status topic: name, file, routes, engine and its streams by state."""
+        """Each model on the status topic: name, card, routes, engine, last refused reload and its streams by state."""
         out = []
         for unit in self.units:
             states = list(unit.monitor.streams.values())

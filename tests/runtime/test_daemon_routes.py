@@ -22,8 +22,9 @@ from broker import Broker, Collector, DaemonProcess, daemon_tables, publish, tom
 
 from trep_edge.runtime.checkpoint import DEFAULT_MODEL, load_checkpoint, split_models
 from trep_edge.runtime.config import ConfigError, load_config
+from trep_edge.runtime.daemon import Daemon
 from trep_edge.runtime.engine import file_sha256
-from trep_edge.runtime.mqtt_io import TopicTemplate
+from trep_edge.runtime.mqtt_io import Telemetry, TopicTemplate
 from trep_edge.runtime.reshard import reshard_files, stream_names
 from trep_edge.runtime.routing import check_routes
 from trep_edge.runtime.sharding import LANE_SEPARATOR
@@ -226,3 +227,32 @@ def test_a_route_overrides_its_models_settings_only(tmp_path):
     assert icu.config.windows.period == 3600 and icu.config.model.engine == "full" and icu.config.detector.debounce == 2
     assert default.config is config and config.windows.period == 1.0 and config.model.engine == "auto"
     assert load_config(None, env={}).revision != config.revision
+
+
+def test_a_stream_id_belongs_to_one_model_and_a_restored_one_moves_to_its_topics_model(tmp_path):
+    """In process, no broker: the intake of a daemon whose two topics yield the same stream id."""
+    ts = float(int(time.time()))
+    icu_reading = json.dumps({"ts": ts, "values": VITALS}).encode()
+    plant_reading = json.dumps({"ts": ts, "values": {"value": 1.0}}).encode()
+
+    def daemon(routes: str) -> Daemon:
+        path = tmp_path / "monitor.toml"
+        path.write_text(f'[mqtt]\ntopics = {json.dumps(TOPICS)}\n[model]\npath = "{MODELS / "general.onnx"}"\n'
+                        f'providers = "cpu"\n[http]\nport = 0\n[state]\npath = "{tmp_path / "state.npz"}"\n{routes}')
+        return Daemon(load_config(path, env={}))
+
+    def message(topic: str, payload: bytes) -> Telemetry:
+        return Telemetry("7", "7", topic, payload, time.time())
+
+    # Before the ICU route existed, stream 7 was the general model's; the checkpoint keeps it there.
+    before = daemon("")
+    before._ingest([message("plant/7/data", plant_reading)])
+    before.checkpoint()
+    routed = daemon(_routes(MODELS / "icu-vitals.onnx"))
+    general, icu = routed.default, routed.units[0]
+    assert general.monitor.has_stream("7") and not icu.monitor.has_stream("7")
+    # Its first reading on an ICU topic moves it; from then on a reading of stream 7 on a plant topic is refused.
+    routed._ingest([message("icu/7/vitals", icu_reading), message("plant/7/data", plant_reading)])
+    assert icu.monitor.has_stream("7") and not general.monitor.has_stream("7")
+    assert routed.metrics.value("trep_edge_rejected_total", kind="other_model_stream") == 1
+    assert routed.metrics.value("trep_edge_readings_total") == 1
