@@ -229,7 +229,7 @@ def test_a_route_overrides_its_models_settings_only(tmp_path):
     assert load_config(None, env={}).revision != config.revision
 
 
-def test_a_stream_id_belongs_to_one_model_and_a_restored_one_moves_to_its_topics_model(tmp_path):
+def test_a_stream_id_belongs_to_one_model_a_restored_one_moves_and_bed_events_find_its_model(tmp_path):
     """In process, no broker: the intake of a daemon whose two topics yield the same stream id."""
     ts = float(int(time.time()))
     icu_reading = json.dumps({"ts": ts, "values": VITALS}).encode()
@@ -256,3 +256,9 @@ def test_a_stream_id_belongs_to_one_model_and_a_restored_one_moves_to_its_topics
     assert icu.monitor.has_stream("7") and not general.monitor.has_stream("7")
     assert routed.metrics.value("trep_edge_rejected_total", kind="other_model_stream") == 1
     assert routed.metrics.value("trep_edge_readings_total") == 1
+    # A bed event acts on the model that holds the stream; discharged, the id is free for the plant topic again.
+    event = json.dumps({"event": "discharge", "stream": "7"}).encode()
+    routed._ingest([Telemetry("trep-edge/beds", None, "trep-edge/beds", event, time.time(), control="bed_events"),
+                    message("plant/7/data", plant_reading)])  # fmt: skip
+    assert general.monitor.has_stream("7") and not icu.monitor.has_stream("7")
+    assert routed.metrics.value("trep_edge_control_requests_total", request="discharge", result="accepted") == 1
