@@ -68,7 +68,7 @@ def test_archive_retrain_promote_hot_swap_without_dropping_a_reading(tmp_path, b
 
         # The rest of the series streams while the candidate is promoted and swapped in.
         rest = threading.Thread(target=replay, args=([series], publisher, TOPIC),
-                                kwargs={"rate": 250, "t0": t0, "start": SWITCH})  # fmt: skip
+                                kwargs={"rate": 100, "t0": t0, "start": SWITCH})  # fmt: skip
         rest.start()
         report = _json_of(capsys, ["promote", str(candidate), "--archive", str(archive), "--target", str(model),
                                    "--calibration-steps", "1000", "--max-alert-ratio", "10", "--min-alert-rate", "0.01"])
