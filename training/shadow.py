@@ -192,7 +192,7 @@ def summary(report: dict[str, Any]) -> str:
     """A few lines for people: what was seen, each model's counts, how far the surprises drifted."""
     lines = [f"shadow scoring {report['hours']:g} h from {report['started_at']} on {', '.join(report['topics'])}: "
              f"{report['messages']} messages, {report['streams']} streams"
-             + (f", warm from {report['warm_start']}" if report["warm_start"] else ", streams warmed up"),
+             + (f", warm from {report['warm_start']}" if report["warm_start"] else ", cold start (streams warm up)"),
              f"{'':10} {'model':24} {'readings':>9} {'scored':>9} {'alerts':>7} {'episodes':>9} {'overlap':>8}"]
     for role, m in report["models"].items():
         lines.append(f"{role:10} {m['model'][:24]:24} {m['readings']:>9} {m['scored']:>9} {m['alerts']:>7} "

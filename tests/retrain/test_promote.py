@@ -16,12 +16,17 @@ from broker import broker, collectors, daemon_tables, daemons, publish, toml_tex
 from trep_edge.cli import main as cli
 from trep_edge.datasets.paths import data_root
 from trep_edge.runtime.archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
-from trep_edge.runtime.config import ArchiveConfig
+from trep_edge.runtime.checkpoint import save_checkpoint
+from trep_edge.runtime.config import ArchiveConfig, MonitorConfig, StateConfig
+from trep_edge.runtime.detector import DetectorConfig
 from trep_edge.runtime.engine import file_sha256, load_engine
 from trep_edge.runtime.http_status import Metrics
 from trep_edge.runtime.model_card import sidecar_path
+from trep_edge.runtime.monitor import Monitor
+from trep_edge.runtime.payloads import Reading
 from trep_edge.training.promote import (AlertRate, history_folder, install, install_with_history, kept_models,
                                         refusals, rollback)
+from trep_edge.training.shadow import shadow_monitors
 from trep_edge.training.trainer import resolve_checkpoint
 
 
@@ -268,7 +273,8 @@ def test_a_running_daemon_reports_the_previous_sha256_after_a_rollback(tmp_path,
 def test_a_shadow_run_scores_live_traffic_with_both_models_reports_it_beside_the_history_then_installs(
         tmp_path, capsys, caplog, promotable, broker, ucr_series):  # fmt: skip
     target = tmp_path / "models" / "current.onnx"
-    _promote(capsys, promotable, promotable.a, target)
+    target.parent.mkdir()
+    install(promotable.a, target)  # the model the daemon runs
     # The daemon's config: its broker and topics, a short warm-up; no daemon runs (the shadow is a client of its own).
     config = tmp_path / "monitor.toml"
     config.write_text(toml_text(daemon_tables(broker, target, tmp_path, detector={"min_count": 10, "prior_weight": 0})))
@@ -305,3 +311,19 @@ def test_a_shadow_run_scores_live_traffic_with_both_models_reports_it_beside_the
     assert "120 messages, 3 streams" in path.with_suffix(".txt").read_text()
     assert report["history"]["checks"]["shadow_report"] == str(path)
     assert file_sha256(target) == report["sha256"] and kept_models(target)[-1].sha256 == installed["sha256"]
+
+
+def test_the_shadow_starts_both_models_warm_from_the_daemons_checkpoint(tmp_path, promotable, ucr_series):
+    installed, candidate = load_engine(promotable.a, "cpu"), load_engine(promotable.b, "cpu")
+    config = MonitorConfig(state=StateConfig(path=str(tmp_path / "state.npz")),
+                           detector=DetectorConfig(min_count=10, prior_weight=0))  # fmt: skip
+    assert shadow_monitors(config, installed, candidate)[1] is None  # no checkpoint yet: a cold start
+    daemon = Monitor(installed, config.windows, config.alerts, config.detector)
+    for i, v in enumerate(ucr_series.values[:40]):
+        daemon.ingest(Reading("bed1", 1_700_000_000.0 + i, {"value": float(v)}))
+    daemon.tick(1_700_000_040.0)
+    save_checkpoint(config.state.path, daemon.state_dict(), {})
+    monitors, warm_from = shadow_monitors(config, installed, candidate)
+    assert warm_from == config.state.path
+    assert {role: (m.engine.sha256, m.streams) for role, m in monitors.items()} == {
+        "installed": (installed.sha256, {"bed1": "active"}), "candidate": (candidate.sha256, {"bed1": "active"})}
