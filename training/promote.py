@@ -50,7 +50,7 @@ from trep_edge.runtime.model_card import sidecar_path
 from trep_edge.runtime.offline import prepare, raw_scores
 from trep_edge.runtime.scoring import score_series
 
-from .shadow import shadow_score, summary
+from .shadow import check_hours, shadow_score, summary
 
 DAY = 86400.0
 HISTORY = ".history"
@@ -141,6 +141,7 @@ def promote(
     _check_keep(keep)
     monitor_config = None
     if shadow_hours is not None:  # refused before the long checks: a shadow run that cannot start
+        check_hours(shadow_hours)
         if config is None or not target.is_file():
             raise ValueError("--shadow needs the daemon's --config (broker, topics, detector settings) and the "
                              "model it runs installed at --target, to score beside it")  # fmt: skip

@@ -154,10 +154,15 @@ def _feed(monitors: dict[str, Monitor], items: list[Telemetry], config: MonitorC
     return len(items)
 
 
-def shadow_score(config: MonitorConfig, installed: Engine, candidate: Engine, hours: float) -> dict[str, Any]:
-    """Score live telemetry with both models for ``hours`` (module docstring); the comparison as plain data."""
+def check_hours(hours: float) -> None:
+    """Refuse a shadow duration that is not a positive number of hours."""
     if not (math.isfinite(hours) and hours > 0):
         raise ValueError(f"--shadow {hours}: give the hours to score live traffic for, a positive number")
+
+
+def shadow_score(config: MonitorConfig, installed: Engine, candidate: Engine, hours: float) -> dict[str, Any]:
+    """Score live telemetry with both models for ``hours`` (module docstring); the comparison as plain data."""
+    check_hours(hours)
     monitors, warm_from = shadow_monitors(config, installed, candidate)
     tally = ShadowTally({role: monitors[role].engine for role in ROLES})
     mqtt = dataclasses.replace(config.mqtt, client_id=f"{config.mqtt.client_id}-shadow-{os.getpid()}")

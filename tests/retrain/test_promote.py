@@ -327,3 +327,12 @@ def test_the_shadow_starts_both_models_warm_from_the_daemons_checkpoint(tmp_path
     assert warm_from == config.state.path
     assert {role: (m.engine.sha256, m.streams) for role, m in monitors.items()} == {
         "installed": (installed.sha256, {"bed1": "active"}), "candidate": (candidate.sha256, {"bed1": "active"})}
+
+
+def test_bad_shadow_input_exits_2_before_any_check_runs(tmp_path, capsys, promotable):
+    target = tmp_path / "current.onnx"
+    for flags, message in ((["--shadow", "0", "--config", "monitor.toml"], "--shadow 0.0: give the hours"),
+                           (["--shadow", "1"], "--shadow needs the daemon's --config")):  # fmt: skip
+        code, out, err = _run(capsys, ["promote", promotable.b, "--archive", promotable.archive, "--target", target,
+                                       *flags])  # fmt: skip
+        assert code == 2 and out == "" and message in err and not target.exists(), err
