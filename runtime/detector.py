@@ -55,6 +55,13 @@ SIGNALS = ("distance", "novelty", "deviation")
 COMBINATIONS = ("fisher", "max")
 """How a lane's signal surprises become one: Fisher's method, or the largest one (Bonferroni over the signals)."""
 
+MODEL_SIGNALS = ("distance", "novelty")
+"""The signals read off the model's representations: their statistics (and the representation memory) describe one
+model's outputs, so a model swap relearns them (``Detector.for_model``); ``deviation`` describes the stream alone."""
+
+RELEARN_MIN_VALUES = 16
+"""Values a model signal needs in ``Detector.relearn`` to replace the old model's statistics of a lane."""
+
 LOG_FLOOR = {"distance": 1e-6, "novelty": 1e-2}
 """Signals judged in log space (≥ 0 and heavy-tailed), and what is added before the log so that 0 stays finite;
 ``deviation`` (already in robust units) is judged as it is."""
@@ -92,6 +99,9 @@ class DetectorConfig:
         refractory: readings after an alert during which the stream raises no new alert.
         debounce: consecutive readings at or above the threshold needed to alert (1 = the first one).
         protect: alerting readings in a row that the statistics skip before they learn a lasting change.
+        relearn: a lane's newest stored readings that a model swapped in with the same inputs scores again, to
+            relearn the model signals' statistics from (at most the window; ``Detector.relearn``); 0 = the old
+            model's statistics stay (right for a re-export of the same weights).
         scale_warmup: readings that set a lane's location and scale (models with ``scaling = "stream"``).
         scale_adapt: effective readings in the slow update of location and scale after that; 0 = frozen.
         record_decay: how fast (surprise per reading) the stream's record falls; the record is the largest score of
@@ -121,6 +131,7 @@ class DetectorConfig:
     refractory: int = 200
     debounce: int = 1
     protect: int = 200
+    relearn: int = 48
     scale_warmup: int = 100
     scale_adapt: int = 10_000
     prior_weight: int = 100
@@ -139,7 +150,7 @@ class DetectorConfig:
         for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup", "debounce", "min_warmup"):
             if getattr(self, name) < 1:
                 raise ValueError(f"detector {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight"):
+        for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn"):
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
         if not math.isfinite(self.record_decay) or self.record_decay < 0:
@@ -561,6 +572,54 @@ class Detector:
         self.memory.remember(lanes[baseline], z[baseline])
         held = np.where(alert, score, np.fmin(score, np.nextafter(self.config.threshold, -np.inf)))
         return DetectorStep(np.where(warming, np.nan, held), score, alert, warming, winner, lane_score, signals)
+
+    def for_model(self, dims: int, card_prior: Mapping[str, Any] | None) -> Detector:
+        """This detector's successor for another model with the same inputs (a hot swap): no stream warms up again.
+
+        The alert gate (record, scored-reading count, refractory period, hot run) and the ``deviation`` statistics
+        describe the streams, not the model: they carry over unchanged, and so do, until ``relearn`` replaces them,
+        the ``MODEL_SIGNALS`` statistics (exact for a model with the same outputs, a re-export). The representation
+        memory starts empty: the old representations are another model's.
+        """
+        new = Detector(self.config, dims, card_prior)
+        # Same detector settings: only the gate's warm-up length and the statistics' prior depend on the card. A
+        # stream that may alert keeps alerting, whatever warm-up the new card's prior asks of new streams.
+        active = self.gate.scored_ >= self.gate.min_count
+        new.gate = AlertGate.from_state({**self.gate.state_dict(), "config": new.gate.state_dict()["config"]})
+        new.gate.scored_[active] = np.maximum(new.gate.scored_[active], new.gate.min_count)
+        new.stats = SignalStats.from_state({**self.stats.state_dict(), "config": new.stats.state_dict()["config"]})
+        new.memory.add_streams(new.stats.n_streams)
+        return new
+
+    def relearn(self, lanes: np.ndarray, distance: np.ndarray, z: np.ndarray) -> None:
+        """Relearn the model signals and memory of ``lanes`` (just handed over by ``for_model``) from their recent
+        readings as the new model scores them: ``distance [m, T]`` (NaN: no scorable reading) and ``z [m, T, F]``,
+        oldest first; from the new card's prior, if it has one.
+
+        A signal relearnt from fewer than ``RELEARN_MIN_VALUES`` values (no prior, few scorable steps; novelty, which
+        needs ``exclusion`` older readings) keeps the old model's statistics: a variance read off a handful of values
+        turns every later value into an alert. The alert gate is not stepped: these readings were judged when they
+        arrived.
+        """
+        lanes = self.stats._rows(lanes)
+        valid = np.isfinite(distance)
+        s = self.stats
+        scratch = SignalStats(s.k, s.horizon, s.short, s.prior, len(lanes))
+        # The relearnt short-term ring ends where the kept one writes next, so that the two rotate as one.
+        scratch.pos_[:] = (s.pos_[lanes] - valid.sum(axis=1)) % s.short
+        signals = self.config.signals
+        for t in range(distance.shape[1]):
+            rows = np.flatnonzero(valid[:, t])
+            zt = z[rows, t]
+            values = {"distance": distance[rows, t], "novelty": self.memory.novelty(lanes[rows], zt),
+                      "deviation": np.full(len(rows), np.nan)}  # fmt: skip
+            scratch.learn(rows, transform_signals(np.stack([values[n] for n in signals], axis=1), signals),
+                          np.ones(len(rows), dtype=bool))  # fmt: skip
+            self.memory.remember(lanes[rows], zt)
+        for k in (k for k, name in enumerate(signals) if name in MODEL_SIGNALS):
+            rows = np.flatnonzero(scratch.count_[:, k] >= RELEARN_MIN_VALUES)
+            for part in ("count_", "mean_", "var_", "recent_"):
+                getattr(s, part)[lanes[rows], k] = getattr(scratch, part)[rows, k]
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Every part's state as one flat dict of arrays (``memory/``, ``stats/``, ``gate/`` prefixes)."""

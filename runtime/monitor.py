@@ -46,10 +46,16 @@ Policies:
 - **Explanations** (``[alerts] explain``): a raised or updated episode carries ``explain.explain_readings`` of its
   reading (each channel's contribution, expected and seen values), computed right after the detector's step on the
   windows of this tick; a fixed-channel model adds one engine call per round that has such readings.
-- **Model swap.** Same file (sha256) and card: everything is kept. Same inputs (channels, window, differencing,
-  normalisation, scaling) but other weights: windows and scales are kept, the detector restarts (two models'
-  distances are on different scales). Other inputs: windows restart too (pending readings are discarded). Alert
-  episodes are kept in every case.
+- **Model swap.** Same file (sha256) and card: everything is kept. Same input contract (``windows.input_contract``:
+  channels, window length, differencing, forward fill, normalisation, scaling, channel mode) but another model
+  (other weights, a re-export, another card): no stream warms up again. Windows, pending steps and scales are kept;
+  the detector is handed over (``Detector.for_model``): its alert gate (threshold record, warm-up count,
+  refractory period, hot run) and the ``deviation`` statistics describe the stream and are kept, while the model
+  signals (distance, novelty: another model's outputs) are relearnt from each lane's newest ``detector.relearn``
+  stored steps scored again by the new model, in engine calls of ``RELEARN_BATCH`` windows (measured in
+  bench/results/swap_relearn.json). Other inputs: windows and detector restart (pending readings are discarded),
+  logged with the fields that differ. Alert episodes are kept in every case. A checkpoint restored with another
+  model of the same inputs is handed over the same way.
 """
 from __future__ import annotations
 
@@ -74,6 +80,9 @@ from .step_engine import StepEngine, StepGraph
 from .windows import StepBatch, WindowConfig, WindowStore, contract_differences, input_contract
 
 log = logging.getLogger(__name__)
+
+RELEARN_BATCH = 2048
+"""Windows per engine call when a swapped-in model scores the streams' stored steps again (bounds its memory)."""
 
 MONITOR_COUNTERS = ("ticks", "engine_calls", "engine_rows", "scored", "detections", "alerts_raised",
                     "alerts_updated", "alerts_cleared", "streams_reset", "streams_removed", "model_swaps",
@@ -686,22 +695,53 @@ class Monitor:
             self._store = store
             log.warning("model swap %s -> %s: %s differ; reset the windows and scores of all %d streams",
                         old.card.name, engine.card.name, ", ".join(differs), len(self._names))  # fmt: skip
-        elif not same_model:
-            log.info("model swap %s -> %s: same inputs, kept the windows of all %d streams; scores restart",
-                     old.card.name, engine.card.name, len(self._names))  # fmt: skip
-        else:
+        elif same_model:
             log.info("model swap %s: same model, kept all state of %d streams", engine.card.name, len(self._names))
         self.engine = engine
         self._bounds = self._new_bounds(engine)
         self._check_period(engine)
         if differs:
             self._scaler = self._new_scaler(lanes)
-        if not same_model:
             self._detector = self._new_detector(len(self._names), lanes)
+        elif not same_model:
+            started = time.perf_counter()
+            relearnt = self._relearn_detector()
+            log.info("model swap %s -> %s: same inputs, kept the windows, scales and alert state of all %d streams; "
+                     "relearnt the model signals of %d lanes from their stored steps in %.2f s", old.card.name,
+                     engine.card.name, len(self._names), relearnt, time.perf_counter() - started)  # fmt: skip
         if not (same_model and self._steps is not None and engine.selected == "step"):
             # Other weights (or engine): the state is rebuilt from the kept windows before the next step.
             self._steps = self._new_step_engine(engine)
         self._counters["model_swaps"] += 1
+
+    def _relearn_detector(self) -> int:
+        """Hand the detector over to the model just swapped in, which has the same inputs (``Detector.for_model``):
+        the newest ``detector.relearn`` stored steps of every live lane are scored again by the new model, each as
+        the last step of its window (NaN before the stored steps, as at a stream's start), in engine calls of at most
+        ``RELEARN_BATCH`` windows, and the detector relearns its model signals from them. Returns the lanes
+        relearnt."""
+        engine, store, w = self.engine, self._store, self._store.window
+        self._detector = self._detector.for_model(engine.card.repr_dims, engine.card.detector_prior)
+        history, ends, live = store.histories(np.arange(store.n_streams))
+        lanes, r = np.flatnonzero(live), min(self.detector_config.relearn, w)
+        per_call = max(1, RELEARN_BATCH // max(r, 1))  # lanes per engine call
+        for first in range(0, len(lanes) if r else 0, per_call):
+            chunk = lanes[first : first + per_call]
+            steps = history[chunk]
+            padded = np.concatenate([np.full((len(chunk), w - 1, steps.shape[2]), np.nan, np.float32), steps], 1)
+            lane, k = np.nonzero(~np.isnan(steps[:, w - r :]).any(axis=2))  # scorable: every prepared channel
+            if not lane.size:
+                continue
+            row = k + w - r  # the stored step that ends the window
+            windows = padded[lane[:, None], row[:, None] + np.arange(w)]
+            if self._scaler is not None:
+                windows = scale_windows(self._scaler, self._scaler_rows(chunk[lane]), windows, learn=False)
+            z_unmasked, z_masked = engine.last_step_pair(windows, ends[chunk][lane] - 2 * (w - 1) + row)
+            distance = np.full((len(chunk), r), np.nan)
+            z = np.zeros((len(chunk), r, engine.card.repr_dims), dtype=np.float32)
+            distance[lane, k], z[lane, k] = raw_score(z_unmasked, z_masked), z_unmasked
+            self._detector.relearn(chunk, distance, z)
+        return len(lanes) if r else 0
 
     # status
 
@@ -754,8 +794,8 @@ class Monitor:
         """Resume from ``state_dict()``; ValueError for a model with other inputs (channels, window, ...).
 
         ``windows``/``alerts``/``detector`` default to the saved settings. A model with the same inputs but other
-        weights, or other detector settings, keeps the windows and scales and restarts the detector, as
-        ``swap_engine`` does.
+        weights keeps everything but the model signals, which it relearns, as ``swap_engine`` does; other detector
+        settings keep the windows and scales and restart the detector.
         """
         def part(prefix: str) -> dict[str, Any]:
             return {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + "/")}
@@ -780,13 +820,17 @@ class Monitor:
             monitor._scaler = StreamScaler.from_state(saved) if saved else monitor._new_scaler(lanes)
         monitor._steps = monitor._new_step_engine(engine)
         same_model = config["sha256"] == engine.sha256 and config["card"] == engine.card.to_json()
-        if same_model and monitor.detector_config == saved_detector:
+        if monitor.detector_config != saved_detector:
+            log.info("resuming with other detector settings: kept the windows of %d streams; scores restart", streams)
+            monitor._detector = monitor._new_detector(streams, lanes)
+        elif same_model:
             monitor._detector.load_state(part("detector"))
             if monitor._steps is not None:
                 monitor._steps.load_state(part("steps"), lanes)
-        else:
-            log.info("resuming with another model or detector settings (%s): kept the windows of %d streams; "
-                     "scores restart", engine.card.name, streams)  # fmt: skip
-            monitor._detector = monitor._new_detector(streams, lanes)
+        else:  # the state of another model with the same inputs: handed over as by a hot swap
+            monitor._detector.load_state(part("detector"))
+            relearnt = monitor._relearn_detector()
+            log.info("resuming with another model (%s): kept the windows, scales and alert state of %d streams; "
+                     "relearnt the model signals of %d lanes", engine.card.name, streams, relearnt)  # fmt: skip
         monitor._counters.update(config["counters"])
         return monitor

@@ -278,6 +278,8 @@ class MqttLink:
 
     ``status`` is the JSON object published retained on ``status_topic`` at every connect; the Last Will
     replaces it by ``{"state": "offline", ...}`` when the connection drops without a clean disconnect.
+    ``observer=True`` makes a read-only subscriber beside the daemon (``trep-edge promote --shadow``): no status, no
+    Last Will, and a clean session the broker forgets at disconnect, so no telemetry is queued for it once it is gone.
     """
 
     def __init__(
@@ -289,8 +291,10 @@ class MqttLink:
         on_drop: Callable[[Telemetry], None] | None = None,
         on_refused: Callable[[str, str], None] | None = None,
         control: Mapping[str, str] | None = None,
+        observer: bool = False,
     ) -> None:
         self.config = config
+        self.observer = observer
         self.queue = queue
         self.templates = [TopicTemplate(t) for t in config.topics]
         # Control topic filter -> its [topics] field; queued with the telemetry so a request keeps its place among
@@ -317,7 +321,7 @@ class MqttLink:
             client = _Client(CallbackAPIVersion.VERSION2, client_id=cfg.client_id, protocol=mqtt.MQTTv5)
         else:
             client = _Client(CallbackAPIVersion.VERSION2, client_id=cfg.client_id, protocol=mqtt.MQTTv311,
-                             clean_session=False)  # fmt: skip
+                             clean_session=self.observer)  # fmt: skip
         if cfg.username:
             client.username_pw_set(cfg.username, cfg.password())
         if cfg.tls:
@@ -347,8 +351,8 @@ class MqttLink:
         cfg = self.config
         if cfg.protocol == "5":
             props = Properties(PacketTypes.CONNECT)
-            props.SessionExpiryInterval = int(cfg.session_expiry)
-            self.client.connect_async(cfg.host, cfg.port, cfg.keepalive, clean_start=False, properties=props)
+            props.SessionExpiryInterval = 0 if self.observer else int(cfg.session_expiry)
+            self.client.connect_async(cfg.host, cfg.port, cfg.keepalive, clean_start=self.observer, properties=props)
         else:
             self.client.connect_async(cfg.host, cfg.port, cfg.keepalive)
         self.client.loop_start()
@@ -398,6 +402,8 @@ class MqttLink:
 
     def publish_status(self, update: dict | None = None) -> mqtt.MQTTMessageInfo | None:
         """Merge ``update`` into the status and publish it retained (the Last Will follows from the next connect)."""
+        if self.observer:
+            return None
         with self._lock:
             self._status.update(update or {})
             status = dict(self._status)
@@ -407,6 +413,8 @@ class MqttLink:
     def _set_will(self, client: mqtt.Client, status: dict) -> None:
         # The broker holds the will given at connect time; a new one (e.g. after a model reload) applies from the
         # next (re)connect.
+        if self.observer:
+            return
         offline = {**status, "state": "offline", "reason": "connection lost"}
         client.will_set(self.status_topic, json.dumps(offline), qos=1, retain=True)
 

@@ -166,14 +166,16 @@ class StreamScaler(StreamState):
         return np.clip((np.asarray(values, dtype=np.float64) - loc) / scale, -self.clip, self.clip).astype(np.float32)
 
 
-def scale_windows(scaler: StreamScaler, rows: np.ndarray, windows: np.ndarray) -> np.ndarray:
+def scale_windows(scaler: StreamScaler, rows: np.ndarray, windows: np.ndarray, learn: bool = True) -> np.ndarray:
     """Learn the newest reading of windows ``[n, W, C]`` (lane ``rows[i * C + c]`` = window i, channel c), then scale.
 
     The one place where a stream-scaled model's input is made, for the daemon's monitor and offline scoring alike.
+    ``learn=False`` scales without learning (readings learnt already, scored again by a swapped-in model).
     """
     n, w, c = windows.shape
     flat = np.asarray(windows).transpose(0, 2, 1).reshape(n * c, w)
-    scaler.update(rows, flat)
+    if learn:
+        scaler.update(rows, flat)
     return scaler.apply(rows, flat).reshape(n, c, w).transpose(0, 2, 1)
 
 

@@ -9,6 +9,13 @@
 3. alert rate: candidate and running model score the archive's last day (alerts included: that is what the
    operators saw); the candidate is refused when its rate exceeds ``max_ratio`` × the running model's and
    ``min_rate`` (so a running model with no alert does not make every candidate alert fatal);
+3b. shadow (``--shadow HOURS`` with the daemon's ``--config``): the candidate then scores live telemetry beside the
+   installed model for that long (``shadow.shadow_score``: its own read-only MQTT client, the daemon's monitor
+   code); the comparison is written to the target's history folder as
+   ``shadow-<UTC time>-<sha256[:12]>.json`` and ``.txt``. The candidate is refused by step 3's alert-rate rule
+   applied to the live alerts (the detector's, the daemon's own decision), or when no telemetry arrived;
+   disagreement and surprise drift are reported only: a better model is expected to alert elsewhere than the one
+   it replaces.
 4. install: model card sidecar, then the model, each written to a temp file in the target's folder, fsynced and
    renamed over the target; the daemon's watcher swaps the model between two scoring ticks (readings keep
    queueing meanwhile) and publishes the new sha256 on its status topic.
@@ -27,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -36,14 +44,18 @@ import numpy as np
 
 from trep_edge.datasets.archive import ArchivedSeries, latest_timestamp, read_alert_ranges, read_archive
 from trep_edge.runtime.atomic_file import write_atomically
+from trep_edge.runtime.config import MonitorConfig, load_config
 from trep_edge.runtime.engine import Engine, file_sha256, load_engine
 from trep_edge.runtime.model_card import sidecar_path
 from trep_edge.runtime.offline import prepare, raw_scores
 from trep_edge.runtime.scoring import score_series
 
+from .shadow import check_hours, shadow_score, summary
+
 DAY = 86400.0
 HISTORY = ".history"
 HISTORY_FILE = "history.json"
+SHADOW_PREFIX = "shadow-"
 STAMP = "%Y%m%dT%H%M%S.%fZ"
 KEPT_PATTERN = re.compile(r"^(\d{8}T\d{6}\.\d{6}Z)-[0-9a-f]{12}$")
 CARD_FIELDS = ("name", "weights_sha256", "precision", "window", "channels")
@@ -77,6 +89,8 @@ class PromotionReport:
     installed: bool = False
     history: dict | None = None
     """The install's record in the target's history (``history.json``), when it was installed."""
+    shadow: dict | None = None
+    """The shadow run's comparison (``--shadow``) and ``report``, the path of its JSON in the target's history."""
 
     def to_dict(self) -> dict:
         """JSON form, with the rates spelled out."""
@@ -111,16 +125,27 @@ def promote(
     min_rate: float = 0.001,
     dry_run: bool = False,
     keep: int = 5,
+    shadow_hours: float | None = None,
+    config: str | Path | None = None,
 ) -> PromotionReport:
     """Check ``candidate`` against the archive and the running ``target``; install it when every check passes.
 
     The model it replaces is kept in the target's history first (``keep``: how many models and records stay).
+    ``shadow_hours``: score live traffic beside the installed model that long first, subscribing as the daemon
+    whose settings ``config`` (its TOML file) holds.
     """
     from .export import calibration_stats, parity_check, write_card  # torch: only here, not for a rollback
     from .trainer import Trainer, resolve_checkpoint
 
     candidate, archive, target = Path(candidate), Path(archive), Path(target)
     _check_keep(keep)
+    monitor_config = None
+    if shadow_hours is not None:  # refused before the long checks: a shadow run that cannot start
+        check_hours(shadow_hours)
+        if config is None or not target.is_file():
+            raise ValueError("--shadow needs the daemon's --config (broker, topics, detector settings) and the "
+                             "model it runs installed at --target, to score beside it")  # fmt: skip
+        monitor_config = load_config(config)
     engine = load_engine(candidate, "cpu")
     card = engine.card
     encoder = Trainer.load(resolve_checkpoint(checkpoint or candidate, card.weights_sha256), device="cpu").inference_encoder()
@@ -148,9 +173,14 @@ def promote(
                                   "alerts_identical": parity.alerts_identical, "ok": parity.ok},
                                  card.calibration.to_dict(), cand_rate, run_rate)  # fmt: skip
         report.refused = refusals(parity.ok, parity.max_abs_diff, cand_rate, run_rate, max_ratio, min_rate)
+        if monitor_config is not None and not report.refused:
+            report.shadow = run_shadow(monitor_config, target, staged, shadow_hours, keep)
+            report.refused = shadow_refusals(report.shadow, max_ratio, min_rate)
         if not report.refused and not dry_run:
             checks = {"parity_max_abs_diff": parity.max_abs_diff, "alert_rate": cand_rate.rate,
                       "running_alert_rate": None if run_rate is None else run_rate.rate}  # fmt: skip
+            if report.shadow is not None:
+                checks["shadow_report"] = report.shadow["report"]
             report.history = install_with_history(staged, target, keep, command="promote", verdict="accepted",
                                                   source=str(candidate), checks=checks)  # fmt: skip
             report.installed = True
@@ -163,10 +193,49 @@ def refusals(parity_ok: bool, max_abs_diff: float, candidate: AlertRate, running
     reasons = []
     if not parity_ok:
         reasons.append(f"parity: max |torch - onnxruntime| {max_abs_diff:.2e} (limit 1e-4) or different alerts")
-    if running is not None and candidate.rate > max(max_ratio * running.rate, min_rate):
-        reasons.append(f"alert rate on the last day {candidate.rate:.4f} > {max_ratio:g} x the running model's "
-                       f"{running.rate:.4f} (and > {min_rate:g})")  # fmt: skip
-    return reasons
+    return reasons + _rate_refusal("alert rate on the last day", candidate, running, max_ratio, min_rate)
+
+
+def _rate_refusal(what: str, candidate: AlertRate, running: AlertRate | None, max_ratio: float,
+                  min_rate: float) -> list[str]:  # fmt: skip
+    """The alert-rate rule: refused above ``max_ratio`` x the running model's rate and above ``min_rate``."""
+    if running is None or candidate.rate <= max(max_ratio * running.rate, min_rate):
+        return []
+    return [f"{what} {candidate.rate:.4f} > {max_ratio:g} x the running model's {running.rate:.4f} "
+            f"(and > {min_rate:g})"]  # fmt: skip
+
+
+def shadow_refusals(shadow: dict, max_ratio: float, min_rate: float) -> list[str]:
+    """Why the shadow run refuses a candidate: no telemetry at all, or the live alert-rate rule (alerts per scored
+    reading, the detector's decisions). Disagreement and drift are reported, not refused."""
+    models = shadow["models"]
+    if not models["installed"]["readings"]:
+        return [f"shadow: no reading arrived in {shadow['hours']:g} h on {', '.join(shadow['topics'])}; check "
+                "--config (the daemon's broker and topics)"]  # fmt: skip
+    installed, candidate = (AlertRate(models[r]["alerts"], models[r]["scored"]) for r in ("installed", "candidate"))
+    return _rate_refusal("shadow: alert rate on live traffic", candidate, installed, max_ratio, min_rate)
+
+
+def run_shadow(config: MonitorConfig, target: Path, staged: Path, hours: float, keep: int) -> dict:
+    """Score live traffic with the staged candidate beside the installed ``target`` (``shadow.shadow_score``, both
+    loaded as the daemon loads its model); write the JSON report and its summary to the target's history folder
+    (the newest ``keep`` are kept) and return the comparison with ``report``, the JSON's path."""
+    m = config.model
+    installed, candidate = (load_engine(p, m.providers, m.threads, m.engine) for p in (target, staged))
+    result = shadow_score(config, installed, candidate, hours)
+    folder = history_folder(target)
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime(STAMP)
+    path = folder / f"{SHADOW_PREFIX}{stamp}-{candidate.sha256[:12]}.json"
+    text = summary(result)
+    result["report"] = str(path)
+    write_atomically(path, lambda fh: fh.write((json.dumps(result, indent=2) + "\n").encode()), mode=0o644)
+    write_atomically(path.with_suffix(".txt"), lambda fh: fh.write(text.encode()), mode=0o644)
+    for old in sorted(folder.glob(f"{SHADOW_PREFIX}*.json"))[:-keep]:
+        old.unlink()
+        old.with_suffix(".txt").unlink(missing_ok=True)
+    print(text, end="", file=sys.stderr)
+    return result
 
 
 def install(staged: Path, target: Path) -> None:
@@ -348,7 +417,8 @@ def rollback(target: str | Path, to: str | None = None, keep: int = 5) -> dict:
 def promote_command(args) -> int:
     """``trep-edge promote``: print the report; exit 1 when the candidate was refused."""
     report = promote(args.candidate, args.archive, args.target, args.checkpoint, args.days, args.calibration_steps,
-                     args.max_alert_ratio, args.min_alert_rate, args.dry_run, args.keep)  # fmt: skip
+                     args.max_alert_ratio, args.min_alert_rate, args.dry_run, args.keep, args.shadow,
+                     args.config)  # fmt: skip
     text = json.dumps(report.to_dict(), indent=2)
     if args.report:
         Path(args.report).write_text(text + "\n")

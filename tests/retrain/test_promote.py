@@ -3,23 +3,30 @@ install keeps, and ``trep-edge rollback`` (a real daemon sees the previous sha25
 from __future__ import annotations
 
 import json
+import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from broker import broker, collectors, daemon_tables, daemons  # noqa: F401 - fixtures
+from broker import broker, collectors, daemon_tables, daemons, publish, toml_text  # noqa: F401 - fixtures
 
 from trep_edge.cli import main as cli
 from trep_edge.datasets.paths import data_root
 from trep_edge.runtime.archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
-from trep_edge.runtime.config import ArchiveConfig
+from trep_edge.runtime.checkpoint import save_checkpoint
+from trep_edge.runtime.config import ArchiveConfig, MonitorConfig, StateConfig
+from trep_edge.runtime.detector import DetectorConfig
 from trep_edge.runtime.engine import file_sha256, load_engine
 from trep_edge.runtime.http_status import Metrics
 from trep_edge.runtime.model_card import sidecar_path
+from trep_edge.runtime.monitor import Monitor
+from trep_edge.runtime.payloads import Reading
 from trep_edge.training.promote import (AlertRate, history_folder, install, install_with_history, kept_models,
                                         refusals, rollback)
+from trep_edge.training.shadow import shadow_monitors
 from trep_edge.training.trainer import resolve_checkpoint
 
 
@@ -258,3 +265,74 @@ def test_a_running_daemon_reports_the_previous_sha256_after_a_rollback(tmp_path,
     assert status_says(second["sha256"])["model_error"] is None
     assert daemon.metrics()['trep_edge_model_reloads_total{result="ok"}'] == 2
     assert daemon.alive() and "refused" not in daemon.log_text()
+
+
+# -- shadow scoring -----------------------------------------------------------------------------------------------
+
+
+def test_a_shadow_run_scores_live_traffic_with_both_models_reports_it_beside_the_history_then_installs(
+        tmp_path, capsys, caplog, promotable, broker, ucr_series):  # fmt: skip
+    target = tmp_path / "models" / "current.onnx"
+    target.parent.mkdir()
+    install(promotable.a, target)  # the model the daemon runs
+    # The daemon's config: its broker and topics, a short warm-up; no daemon runs (the shadow is a client of its own).
+    config = tmp_path / "monitor.toml"
+    config.write_text(toml_text(daemon_tables(broker, target, tmp_path, detector={"min_count": 10, "prior_weight": 0})))
+    caplog.set_level(logging.INFO, logger="trep_edge.training.shadow")
+    streams, t0, values = ("bed1", "bed2", "bed3"), float(int(time.time())) - 100, ucr_series.values[:40]
+    published = []
+
+    def publisher() -> None:  # once the shadow's subscription is acknowledged: 3 streams x 40 readings
+        deadline = time.monotonic() + 60
+        while not any("shadow: subscribed" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        items = [(TOPIC.format(stream=s), json.dumps({"ts": t0 + i, "values": {"value": float(v)}}))
+                 for i, v in enumerate(values) for s in streams]  # fmt: skip
+        publish(broker.port, items)
+        published.extend(items)
+
+    thread = threading.Thread(target=publisher)
+    thread.start()
+    report = _promote(capsys, promotable, promotable.b, target, "--shadow", "0.001", "--config", config)
+    thread.join()
+    shadow = report["shadow"]
+    assert len(published) == 120 and shadow["messages"] == 120 and shadow["streams"] == 3
+    installed, candidate = shadow["models"]["installed"], shadow["models"]["candidate"]
+    assert installed["readings"] == candidate["readings"] == 120
+    assert installed["sha256"] == report["history"]["previous_sha256"] and candidate["sha256"] == report["sha256"]
+    # One checkpoint, two cards (beta 4 and 5, which the detector does not read): the same decisions on every reading.
+    assert 0 < installed["scored"] == candidate["scored"] < 120 and installed["alerts"] == candidate["alerts"]
+    assert shadow["surprise_difference"]["readings"] == installed["scored"]
+    assert shadow["surprise_difference"]["p95_abs"] == 0.0
+    # The report sits beside the history, is named by the install's record, and says it in words too.
+    path = Path(shadow["report"])
+    assert path.parent == history_folder(target) and path.name.endswith(f"-{report['sha256'][:12]}.json")
+    assert json.loads(path.read_text())["models"] == shadow["models"]
+    assert "120 messages, 3 streams" in path.with_suffix(".txt").read_text()
+    assert report["history"]["checks"]["shadow_report"] == str(path)
+    assert file_sha256(target) == report["sha256"] and kept_models(target)[-1].sha256 == installed["sha256"]
+
+
+def test_the_shadow_starts_both_models_warm_from_the_daemons_checkpoint(tmp_path, promotable, ucr_series):
+    installed, candidate = load_engine(promotable.a, "cpu"), load_engine(promotable.b, "cpu")
+    config = MonitorConfig(state=StateConfig(path=str(tmp_path / "state.npz")),
+                           detector=DetectorConfig(min_count=10, prior_weight=0))  # fmt: skip
+    assert shadow_monitors(config, installed, candidate)[1] is None  # no checkpoint yet: a cold start
+    daemon = Monitor(installed, config.windows, config.alerts, config.detector)
+    for i, v in enumerate(ucr_series.values[:40]):
+        daemon.ingest(Reading("bed1", 1_700_000_000.0 + i, {"value": float(v)}))
+    daemon.tick(1_700_000_040.0)
+    save_checkpoint(config.state.path, daemon.state_dict(), {})
+    monitors, warm_from = shadow_monitors(config, installed, candidate)
+    assert warm_from == config.state.path
+    assert {role: (m.engine.sha256, m.streams) for role, m in monitors.items()} == {
+        "installed": (installed.sha256, {"bed1": "active"}), "candidate": (candidate.sha256, {"bed1": "active"})}
+
+
+def test_bad_shadow_input_exits_2_before_any_check_runs(tmp_path, capsys, promotable):
+    target = tmp_path / "current.onnx"
+    for flags, message in ((["--shadow", "0", "--config", "monitor.toml"], "--shadow 0.0: give the hours"),
+                           (["--shadow", "1"], "--shadow needs the daemon's --config")):  # fmt: skip
+        code, out, err = _run(capsys, ["promote", promotable.b, "--archive", promotable.archive, "--target", target,
+                                       *flags])  # fmt: skip
+        assert code == 2 and out == "" and message in err and not target.exists(), err

@@ -3,6 +3,7 @@ bad config is refused, logged and reported on the status topic while the old one
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import time
@@ -94,3 +95,46 @@ def test_model_change_and_sighup_reload_atomically_and_refuse_bad_input(tmp_path
     assert daemon.metrics()['trep_edge_model_reloads_total{result="ok"}'] == 2
     assert scored(t0 + 3)["raw"] is not None
     assert "reloaded (SIGHUP)" in daemon.log_text()
+
+
+def test_a_swap_to_a_model_with_the_same_inputs_leaves_no_stream_unscored_and_every_one_alert_capable(
+        tmp_path, broker, daemons, collectors, univariate_model):  # fmt: skip
+    model = tmp_path / "model.onnx"
+    model.write_bytes(univariate_model.read_bytes())
+    daemon = daemons(tmp_path, daemon_tables(broker, model, tmp_path, detector={"min_count": 20, "prior_weight": 0}))
+    daemon.start()
+    daemon.wait_http("/readyz")
+    out = collectors(broker.port, ["trep-edge/#"])
+    status_topic = "trep-edge/status/" + daemon.tables["mqtt"]["client_id"]
+    t0, streams = float(int(time.time())) - 100, ("s1", "s2")
+
+    def send(t: int, faulty: str = "") -> None:
+        publish(broker.port, [(TOPIC.format(stream=s), json.dumps({"ts": t0 + t, "values": {
+            "value": math.cos(t) + (1000.0 if s == faulty else 0.0)}})) for s in streams])  # fmt: skip
+
+    def scores(t: int) -> list[dict]:
+        def both(c):
+            got = [m.json() for s in streams for m in c.select(f"trep-edge/scores/{s}") if m.json()["step"] == t0 + t]
+            return len(got) == 2 and got
+        return out.wait_for(both, what=f"the scores of step {t}")
+
+    for t in range(60):
+        send(t)
+    before = scores(59)
+    assert [s["warming"] for s in before] == [False, False]
+    # A re-export: the same graph with another card (another file, same input contract).
+    _renamed_copy(univariate_model, tmp_path / "b.onnx", "ucr135-b")
+    _replace(model, tmp_path / "b.onnx")
+    out.wait_for(lambda c: c.select(status_topic)[-1].json()["model"] == "ucr135-b", what="the swap")
+    send(60, faulty="s2")
+    after = scores(60)
+    assert [(s["stream"], s["warming"], s["alert"]) for s in after] == [("s1", False, False), ("s2", False, True)]
+    assert all(s["score"] is not None for s in after)
+
+    def anomalies(c):
+        return [m.json() for m in c.select("trep-edge/alerts/") if m.json()["kind"] == "anomaly"]
+
+    raised = out.wait_for(anomalies, what="the alert of s2")
+    assert [(m["alert_id"], m["state"], m["model"]["name"]) for m in raised] == [("s2-1", "raised", "ucr135-b")]
+    assert "relearnt the model signals of 2 lanes" in daemon.log_text()
+    assert daemon.metrics()['trep_edge_streams{state="warming"}'] == 0

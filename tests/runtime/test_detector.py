@@ -286,6 +286,46 @@ def test_detector_state_round_trip_mid_stream_equals_an_uninterrupted_run(round_
     np.testing.assert_equal(got, expected)
 
 
+def test_a_model_hand_over_keeps_gate_and_deviation_and_relearns_model_signals_as_replaying_them_would():
+    config = DetectorConfig(memory=6, stride=2, exclusion=3, horizon=50, short=3, min_count=5, threshold=1.5,
+                            refractory=4, protect=2, prior_weight=0)  # fmt: skip
+    rng = np.random.default_rng(4)
+    old = Detector(config, dims=4)
+    old.add(streams=2, lanes=3)
+    for _ in range(30):
+        old.step(rows(0, 1), rows(0, 1, 2), rows(0, 0, 1), rng.lognormal(size=3), rng.normal(size=(3, 4)),
+                 rng.lognormal(size=3))  # fmt: skip
+    gate, stats = old.gate.state_dict(), old.stats.state_dict()
+    assert (gate["scored_"] == 28).all() and np.isfinite(gate["record_"]).all()  # the first 2 have no variance
+    # The new model (8 dims) scored lanes 0 and 2's 24 newest readings; lane 1 was not relearnt.
+    distance = rng.lognormal(size=(2, 24))
+    distance[0, 4] = np.nan  # an unscorable step is skipped
+    distance[1, 5:] = np.nan  # lane 2: too few scorable steps to replace the old statistics
+    z = rng.normal(size=(2, 24, 8)).astype(np.float32)
+    new = old.for_model(8, None)
+    new.relearn(rows(0, 2), distance, z)
+    for name in ("record_", "scored_", "since_", "hot_", "alerted_"):  # the alert gate carries over
+        np.testing.assert_equal(getattr(new.gate, name), gate[name])
+    np.testing.assert_equal(new.stats.pos_, stats["pos_"])
+    for name in ("count_", "mean_", "var_", "recent_"):  # the stream's own signal and lanes 1, 2: kept as they were
+        np.testing.assert_equal(getattr(new.stats, name)[:, config.signals.index("deviation")],
+                                stats[name][:, config.signals.index("deviation")])  # fmt: skip
+        np.testing.assert_equal(getattr(new.stats, name)[1:], stats[name][1:])
+    # Lane 0's model signals: what a fresh detector learns from the same readings (warming: it learns every one).
+    replay = Detector(dataclasses.replace(config, min_count=1000), dims=8)
+    replay.add(streams=1, lanes=1)
+    for t in np.flatnonzero(np.isfinite(distance[0])):
+        replay.step(rows(0), rows(0), rows(0), distance[0, [t]], z[0, [t]])
+    model = [config.signals.index("distance"), config.signals.index("novelty")]
+    assert (replay.stats.count_[0, model] >= 16).all()
+    for name in ("count_", "mean_", "var_"):
+        np.testing.assert_allclose(getattr(new.stats, name)[0, model], getattr(replay.stats, name)[0, model])
+    np.testing.assert_equal(new.memory.ring_[0], replay.memory.ring_[0])
+    # The short ring ends with the newest relearnt value where the kept ring writes next.
+    newest = (stats["pos_"][0] - 1) % config.short
+    assert new.stats.recent_[0, model[0], newest] == pytest.approx(np.log(distance[0, -1] + 1e-6))
+
+
 # The monitor's lanes on a real multichannel series
 
 

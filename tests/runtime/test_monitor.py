@@ -353,15 +353,17 @@ def test_episodes_outlive_resets_and_swaps_and_their_numbers_keep_counting(univa
     monitor = Monitor(univariate_engine, alerts=AlertConfig(clear_after=1), detector=cold(3))
     _, alerts = run(monitor, faulty("a", range(6), faults=[5]))
     assert [(a.alert_id, a.state) for a in alerts] == [("a-1", "raised")]
-    # Same inputs, other weights: scores restart, the episode stays open until a known score clears it.
+    # Same inputs, other weights: the stream stays warm, its episode stays open until a normal score clears it.
     monitor.swap_engine(dataclasses.replace(univariate_engine, sha256="other"))
     scored, alerts = run(monitor, faulty("a", range(6, 14)))
-    assert [np.isnan(s.surprise) for s in scored[:3]] == [True, True, False]
-    assert [s.warming for s in scored] == [True] * 4 + [False] * 4
+    assert not any(s.warming for s in scored) and np.isfinite([s.surprise for s in scored]).all()
     assert [(a.alert_id, a.state) for a in alerts] == [("a-1", "cleared")]
     monitor.reset_stream("a")
     assert monitor.streams == {"a": "warming"}
-    monitor.swap_engine(univariate_engine)
+    # Other inputs (the card's normalisation): windows and scores restart.
+    norm = {k: [2 * v for v in vs] for k, vs in univariate_engine.card.normalisation.items()}
+    monitor.swap_engine(with_card(univariate_engine, normalisation=norm))
+    assert monitor.streams == {"a": "warming"}
     _, alerts = run(monitor, faulty("a", range(14, 20), faults=[19]))
     assert [(a.alert_id, a.state) for a in alerts] == [("a-2", "raised")]
     assert monitor.counters["streams_reset"] == 1 and monitor.counters["model_swaps"] == 2
@@ -474,16 +476,29 @@ def test_swapping_in_the_same_model_keeps_every_stream_state(univariate_model, u
                             [dataclasses.asdict(s) for s in run(reference, readings[40:])[0]])  # fmt: skip
 
 
-def test_swapping_in_other_weights_keeps_windows_and_restarts_scores(univariate_engine, caplog):
-    monitor = Monitor(univariate_engine, detector=cold(3))
-    run(monitor, [value("a", t, np.sin(t)) for t in range(10)])
-    assert monitor.streams == {"a": "active"}
+def test_swapping_in_other_weights_keeps_every_stream_warm_and_alert_capable(univariate_engine, causal_model_other,
+                                                                              caplog):  # fmt: skip
+    other = load_engine(causal_model_other, "cpu", engine="pruned_pair")  # same inputs, other network
+    monitor = Monitor(univariate_engine, detector=cold(30))
+    run(monitor, sorted(faulty("a", range(80)) + faulty("b", range(80)), key=lambda r: r.timestamp))
+    gate, state = monitor._detector.gate.state_dict(), monitor.state_dict()
+    assert monitor.streams == {"a": "active", "b": "active"}
     with caplog.at_level(logging.INFO, logger="trep_edge.runtime.monitor"):
-        monitor.swap_engine(dataclasses.replace(univariate_engine, sha256="other"))
-    assert "kept the windows" in caplog.text
-    scored, _ = run(monitor, [value("a", 10, 0.5)])
-    assert scored[0].warming and np.isnan(scored[0].score) and not np.isnan(scored[0].raw)
-    assert monitor.counters["resets"] == 0
+        monitor.swap_engine(other)
+        restarted = Monitor.from_state(other, npz_round_trip(state))  # a restart with the new model: the same
+    assert "resuming with another model" in caplog.text
+    assert "kept the windows, scales and alert state of all 2 streams; relearnt the model signals of 2 lanes" \
+        in caplog.text  # fmt: skip
+    for name in ("record_", "scored_", "since_", "hot_", "alerted_"):
+        np.testing.assert_equal(getattr(monitor._detector.gate, name), gate[name])
+    # No warm-up gap: the first reading after the swap is scored and may alert.
+    readings = faulty("a", [80]) + faulty("b", [80], faults=[80])
+    scored, alerts = run(monitor, readings)
+    assert [(s.stream, s.warming, s.alert) for s in scored] == [("a", False, False), ("b", False, True)]
+    assert np.isfinite([s.score for s in scored]).all() and [a.alert_id for a in alerts] == ["b-1"]
+    np.testing.assert_equal([dataclasses.asdict(s) for s in run(restarted, readings)[0]],
+                            [dataclasses.asdict(s) for s in scored])  # fmt: skip
+    assert monitor.counters["resets"] == 0 and monitor.streams == {"a": "active", "b": "active"}
 
 
 def test_swapping_in_a_model_with_other_channels_resets_the_windows(univariate_engine, vitals_engine, caplog):
