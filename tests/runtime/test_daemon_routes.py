@@ -160,9 +160,10 @@ def test_a_model_swap_leaves_the_other_models_streams_untouched(routed):
     before, after = routed["counts"][0], routed["counts"][1]
     icu = next(key for key in after if key != DEFAULT_MODEL)
     steps = PHASES[2] - PHASES[1]
-    # The general model's detector went on counting; the ICU model's restarted with the new weights.
+    # The general model's detector went on counting, untouched; the ICU model was swapped to a variant with the same
+    # input contract, which hands every stream over warm (its detector relearns, it never restarts the warm-up).
     assert {s: n + steps for s, n in before[DEFAULT_MODEL].items()} == after[DEFAULT_MODEL]
-    assert all(after[icu][bed] <= steps < before[icu][bed] for bed in BEDS), (before, after)
+    assert all(after[icu][bed] > before[icu][bed] for bed in BEDS), (before, after)
     swaps = 'trep_edge_monitor_events_total{event="model_swaps",model="%s"}'
     assert routed["metrics_after"][swaps % "general"] == 0 and routed["metrics_after"][swaps % "icu-vitals"] == 1
     assert routed["metrics_after"]['trep_edge_model_reloads_total{result="ok"}'] == 1
