@@ -81,7 +81,7 @@ def test_archive_retrain_promote_hot_swap_without_dropping_a_reading(tmp_path, b
         assert publisher.flush() == 0
     finally:
         publisher.close()
-    scores = out.wait_count("trep-edge/scores/ucr135", n, timeout=30)
+    scores = out.wait_count("trep-edge/scores/ucr135", n, timeout=60)
     steps = [m.json()["step"] for m in scores]
     assert steps == list(range(steps[0], steps[0] + n)), "a reading was not scored, or scored twice"
     assert swapped_while_streaming, "the swap should happen mid-stream: slow the second replay down"
