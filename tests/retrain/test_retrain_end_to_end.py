@@ -77,11 +77,14 @@ def test_archive_retrain_promote_hot_swap_without_dropping_a_reading(tmp_path, b
         out.wait_for(lambda c: c.select(status_topic)[-1].json()["model_sha256"] == report["sha256"], timeout=20,
                      what="the new sha256 on the status topic")  # fmt: skip
         swapped_while_streaming = rest.is_alive()
-        rest.join(30)
+        # Closing the publisher while the replay still runs would drop its last readings: wait for the replay to end
+        # (35 s of streaming at 100 readings/s; longer on a loaded box).
+        rest.join(180)
+        assert not rest.is_alive(), "the second replay did not finish within 180 s"
         assert publisher.flush() == 0
     finally:
         publisher.close()
-    scores = out.wait_count("trep-edge/scores/ucr135", n, timeout=60)
+    scores = out.wait_count("trep-edge/scores/ucr135", n, timeout=120)
     steps = [m.json()["step"] for m in scores]
     assert steps == list(range(steps[0], steps[0] + n)), "a reading was not scored, or scored twice"
     assert swapped_while_streaming, "the swap should happen mid-stream: slow the second replay down"
