@@ -2,7 +2,7 @@
 
 Both models were pretrained, without labels, on all of PhysioNet 2019 set B, so this is a like-for-like
 comparison of the two shipped files on the same patients, not a held-out benchmark. Protocol and labelling are
-those of ``trep-edge eval sepsis-stream`` (``training/evaluation/sepsis_stream.py``): each model's own card
+those of ``trep-edge eval sepsis-stream`` (``training/trep_edge/training/evaluation/sepsis_stream.py``): each model's own card
 normalisation, threshold from non-septic calibration patients, point-adjusted F1 with delays 3 and 7 summed over
 test patients. Also reports the ms per scored hour of each model's selected engine on this machine.
 

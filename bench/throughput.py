@@ -6,7 +6,7 @@ Rows: (1) the reference protocol, PyTorch eager, each reading's two windows enco
 torch thread; the baseline); (2) onnxruntime, full graph, all streams and both mask variants in one run per tick;
 (3) onnxruntime, the pruned ``last_step`` graph, same batching, and ``pruned_pair`` (each window once, the masked
 twin sharing all but the positions the masked step reaches); (4) the incremental causal ``step`` engine
-(runtime/step_engine.py), one step per stream per tick, when the causal variant can be exported. Each row is
+(runtime/trep_edge/runtime/step_engine.py), one step per stream per tick, when the causal variant can be exported. Each row is
 reported for 1, 100 and 1000 streams as scored readings/s, ms per tick (mean, p99), peak RSS of its own
 process, per-stream state bytes, its ratio to the baseline, and the fraction of this machine's peak FLOP/s
 (measured here with a large float32 matrix product; FLOPs per reading counted from the layer shapes and the
@@ -21,7 +21,7 @@ Writes bench/results/throughput.json and bench/results/throughput.png (throughpu
 
     flock /tmp/trep-heavy.lock nice -n 5 python bench/throughput.py --explain
 
-measures instead what alert explanations (runtime/explain.py, ``[alerts] explain``) cost the daemon's whole tick
+measures instead what alert explanations (runtime/trep_edge/runtime/explain.py, ``[alerts] explain``) cost the daemon's whole tick
 (``Monitor.tick``: windows, the selected engine, detector, episodes) at ``--streams`` streams of 7 synthetic vitals
 channels, for both shipped model families (models/icu-vitals.onnx: fixed-channel, occlusion; models/general.onnx:
 channel-independent, no extra work), each in three modes: ``off``, ``on`` (a level shift in one channel of every

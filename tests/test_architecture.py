@@ -37,16 +37,19 @@ def _setuptools(repo: Path = REPO) -> dict:
 
 
 def module_names(repo: Path = REPO, roots: tuple[str, ...] = ROOTS) -> dict[str, Path]:
-    """Import name → file for every .py file under ``roots``, named by the package-dir mapping of ``repo``."""
-    package_of = {folder: package for package, folder in _setuptools(repo)["package-dir"].items()}
+    """Import name → file for every .py file under the top-level folders ``roots``, named by the package-dir
+    mapping of ``repo`` (each folder holds its part of the package: ``runtime/trep_edge/runtime/...``)."""
     names = {}
-    for root in roots:
-        assert root in package_of, f"{root}/ has no entry in pyproject's [tool.setuptools.package-dir]"
-        for path in sorted((repo / root).rglob("*.py")):
-            parts = list(path.relative_to(repo / root).with_suffix("").parts)
+    for package, folder in _setuptools(repo)["package-dir"].items():
+        if folder.split("/")[0] not in roots:
+            continue
+        for path in sorted((repo / folder).rglob("*.py")):
+            parts = list(path.relative_to(repo / folder).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
-            names[".".join([package_of[root], *parts])] = path
+            names[".".join([package, *parts])] = path
+    found = {folder.split("/")[0] for folder in _setuptools(repo)["package-dir"].values()}
+    assert set(roots) <= found, f"{sorted(set(roots) - found)} have no entry in pyproject's package-dir"
     return names
 
 
@@ -122,6 +125,86 @@ def test_every_source_folder_is_found_and_every_package_is_listed_for_the_wheel(
     assert not unlisted, f"packages missing from pyproject's [tool.setuptools] packages (not in the wheel): {unlisted}"
 
 
+def test_every_import_name_is_the_tail_of_its_file_path():
+    """``trep_edge.runtime.scoring`` is ``runtime/trep_edge/runtime/scoring.py``: grep and editors find a module by
+    its import name, with no mapping table to know."""
+    for name, path in ALL.items():
+        tail = Path(*name.split(".")) / ("__init__.py" if path.name == "__init__.py" else "")
+        tail = tail if path.name == "__init__.py" else tail.with_suffix(".py")
+        assert path.relative_to(REPO).as_posix().endswith(tail.as_posix()), f"{name} lives in {path}"
+
+
+def test_the_path_check_can_fail(tmp_path):
+    """The old layout (``runtime/scoring.py`` imported as ``trep_edge.runtime.scoring``) breaks the rule above."""
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "scoring.py").write_text("")
+    (tmp_path / "pyproject.toml").write_text('[tool.setuptools.package-dir]\n"trep_edge.runtime" = "runtime"\n')
+    ((name, path),) = module_names(tmp_path, ("runtime",)).items()
+    assert not path.relative_to(tmp_path).as_posix().endswith(name.replace(".", "/") + ".py")
+
+
+def relative_imports(names: dict[str, Path], repo: Path = REPO) -> list[str]:
+    """``file:line`` of every relative import (``from .x import y``) among ``names``."""
+    return [f"{path.relative_to(repo)}:{node.lineno}" for path in names.values()
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.ImportFrom) and node.level]  # fmt: skip
+
+
+def test_imports_are_absolute():
+    hits = relative_imports(ALL)
+    assert not hits, "use absolute imports (from trep_edge.runtime.x import y):\n" + "\n".join(hits)
+
+
+def typing_only_lines(path: Path) -> set[int]:
+    """Lines inside ``if TYPE_CHECKING:`` blocks: imports there only name types for annotations and never run."""
+    lines = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+            lines |= {n.lineno for child in node.body for n in ast.walk(child) if hasattr(n, "lineno")}
+    return lines
+
+
+def import_cycles(names: dict[str, Path]) -> list[list[str]]:
+    """Cycles in the graph of imports between the project's modules, at any depth (function-level imports count:
+    an import moved into a function to dodge a circle is still a circle)."""
+    graph = {module: sorted({target for line, target in imported_names(path, module)
+                             if target in names and line not in typing_only_lines(path)} - {module})
+             for module, path in names.items()}  # fmt: skip
+    graph = {module: [t for t in targets if not _is_under(module, t)] for module, targets in graph.items()}
+    cycles, state = [], {}
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = "open"
+        for target in graph[module]:
+            if state.get(target) == "open":
+                cycles.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                visit(target, stack + [target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return cycles
+
+
+def test_no_import_circles():
+    cycles = import_cycles(ALL)
+    assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_finds_a_hidden_circle(tmp_path):
+    folder = tmp_path / "runtime" / "trep_edge" / "runtime"
+    folder.mkdir(parents=True)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.setuptools.package-dir]\n"trep_edge.runtime" = "runtime/trep_edge/runtime"\n')
+    (folder / "__init__.py").write_text("")
+    (folder / "a.py").write_text("import trep_edge.runtime.b\n")
+    (folder / "b.py").write_text("def f():\n    from trep_edge.runtime import a\n")
+    assert import_cycles(module_names(tmp_path, ("runtime",))) == [
+        ["trep_edge.runtime.a", "trep_edge.runtime.b", "trep_edge.runtime.a"]]
+
+
 @pytest.mark.parametrize("name", sorted(ALL))
 def test_module_imports_under_its_pyproject_name(name):
     if name.rpartition(".")[2] == "__main__":  # importing it would run the program: finding it is the check
@@ -158,10 +241,12 @@ def test_no_runtime_source_imports_training_anywhere():
 
 def test_the_source_scan_finds_imports_at_any_depth(tmp_path):
     """The scan above can fail: a throwaway runtime package with three hidden ways of importing the training side."""
-    (tmp_path / "runtime").mkdir()
-    (tmp_path / "pyproject.toml").write_text('[tool.setuptools.package-dir]\n"trep_edge.runtime" = "runtime"\n')
-    (tmp_path / "runtime" / "__init__.py").write_text("")
-    (tmp_path / "runtime" / "lazy.py").write_text(
+    folder = tmp_path / "runtime" / "trep_edge" / "runtime"
+    folder.mkdir(parents=True)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.setuptools.package-dir]\n"trep_edge.runtime" = "runtime/trep_edge/runtime"\n')
+    (folder / "__init__.py").write_text("")
+    (folder / "lazy.py").write_text(
         "import os\n\n\ndef f():\n    from ..training import export\n\n\n"
         "def g():\n    import trep_edge.training.trainer\n\n\n"
         "def h():\n    import importlib\n    return importlib.import_module('trep_edge.training.encoder')\n"
@@ -169,4 +254,4 @@ def test_the_source_scan_finds_imports_at_any_depth(tmp_path):
     names = module_names(tmp_path, ("runtime",))
     assert set(names) == {RUNTIME, RUNTIME + ".lazy"}
     lines = sorted({hit.split(" imports ")[0] for hit in training_imports(names, tmp_path)})
-    assert lines == ["runtime/lazy.py:14", "runtime/lazy.py:5", "runtime/lazy.py:9"]
+    assert lines == [f"runtime/trep_edge/runtime/lazy.py:{n}" for n in (14, 5, 9)]

@@ -10,7 +10,7 @@ import importlib
 import logging
 import sys
 
-from .extras import missing_extra_hint
+from trep_edge.extras import missing_extra_hint
 
 # subcommand -> "module:function" taking the parsed arguments and returning an exit code.
 HANDLERS = {

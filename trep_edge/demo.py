@@ -31,8 +31,8 @@ import numpy as np
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from .bundled import bundled_dir, default_model
-from .local_broker import free_port, start_broker, wait_port
+from trep_edge.bundled import bundled_dir, default_model
+from trep_edge.local_broker import free_port, start_broker, wait_port
 
 TOPIC = "icu/{bed}/vitals"
 PLANT_TOPIC = "plant/{machine}/data"

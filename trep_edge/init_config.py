@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .bundled import example_config, shipped_models
+from trep_edge.bundled import example_config, shipped_models
 
 
 def _model_comment(model: Path) -> str:

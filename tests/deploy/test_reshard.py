@@ -136,7 +136,7 @@ def test_a_channel_independent_models_state_is_refused(univariate_engine):
 def test_state_it_cannot_classify_is_refused_by_name(vitals_model):
     state = _small_state(load_engine(vitals_model, "cpu"), ["a1", "a2"])
     state["future/global_table"] = np.zeros(7)
-    with pytest.raises(ValueError, match="cannot move state key 'future/global_table'.*teach runtime/reshard.py"):
+    with pytest.raises(ValueError, match="cannot move state key 'future/global_table'.*teach runtime/trep_edge/runtime/reshard.py"):
         reshard([state], ["a"], 2)
 
 

@@ -1,5 +1,5 @@
 """Data-parallel training: ``torchrun --nproc_per_node=2`` (gloo, CPU) ends with the weights of one process that
-draws the same global batch with the same seed and averages the per-shard losses (training/distributed.py)."""
+draws the same global batch with the same seed and averages the per-shard losses (training/trep_edge/training/distributed.py)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Operator commands and bed events without a broker (runtime/control_topics.py): malformed requests by kind, silences
+"""Operator commands and bed events without a broker (runtime/trep_edge/runtime/control_topics.py): malformed requests by kind, silences
 (Alertmanager's: tracked, not notified, released when they end), acknowledgements and the checkpointed state. The
 daemon and broker side is tests/runtime/test_daemon_control.py."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Alert explanations (runtime/explain.py): each channel's contribution, the top channels, expected vs seen values.
+"""Alert explanations (runtime/trep_edge/runtime/explain.py): each channel's contribution, the top channels, expected vs seen values.
 
 The fault tests run the shipped models on 7-channel streams with a fault in one channel (never the first): the ICU
 model (fixed-channel: occlusion) and the general model (channel-independent: its lanes' own surprise).

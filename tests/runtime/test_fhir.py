@@ -1,4 +1,4 @@
-"""FHIR output (runtime/fhir.py, docs/alerts.md "FHIR"): an ICU episode's raise, severity update and clear as
+"""FHIR output (runtime/trep_edge/runtime/fhir.py, docs/alerts.md "FHIR"): an ICU episode's raise, severity update and clear as
 transaction Bundles that the maintained ``fhir.resources`` models accept as FHIR R5 and as R4B, with the channels'
 values coded by the shipped card's LOINC codes; a broken resource is refused; bad ``[fhir]`` settings are refused;
 and a real daemon on a real Mosquitto publishes a valid Bundle on the FHIR topic for each alert message.

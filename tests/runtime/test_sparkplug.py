@@ -1,4 +1,4 @@
-"""Sparkplug B input (runtime/sparkplug.py through runtime/payloads.py): real protobuf payloads built with the
+"""Sparkplug B input (runtime/trep_edge/runtime/sparkplug.py through runtime/trep_edge/runtime/payloads.py): real protobuf payloads built with the
 module's own schema, plus one encoded by hand from the published field numbers so the schema is checked against
 the spec rather than against itself; the edge nodes' sessions (rebirth requests, seq gaps, deaths) in the decoder
 and in a daemon on a real Mosquitto."""

@@ -1,0 +1,81 @@
+"""Recognise and parse the timestamp column of a sensor CSV: ISO 8601 date-times or epoch seconds / milliseconds.
+
+The accepted forms are listed once, in ``CSV_FORMAT``, which ``trep-edge train --help`` prints for pip users.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+import numpy as np
+
+from trep_edge.datasets.cells import is_number
+from trep_edge.datasets.errors import DataFormatError
+
+CSV_FORMAT = (
+    "CSV format: a header row naming the columns, then one row per reading. The first column may be a timestamp: "
+    "ISO 8601 date-times (2024-05-01T12:00:00Z, 2024-05-01 12:00:00.5, 2024-05-01T14:00:00+02:00, 2024-05-01; "
+    "zone-less times are taken as UTC), or, in a column named time, timestamp, datetime, date, ts or epoch "
+    "(optionally with a unit such as timestamp_ms or time[s]), epoch seconds (1714564800) or epoch milliseconds "
+    "(1714564800000; a _ms / [ms] unit in the name forces milliseconds). Every other column is a numeric sensor "
+    "channel; empty cells are missing readings. Other date formats (e.g. 05/01/2024) are refused."
+)
+
+ACCEPTED = (
+    "accepted: ISO 8601 date-times such as 2024-05-01T12:00:00Z or 2024-05-01 12:00:00.5, "
+    "epoch seconds such as 1714564800, epoch milliseconds such as 1714564800000"
+)
+
+_TIME_NAME = re.compile(r"^(time|timestamp|datetime|date|ts|epoch)(?:[ _\-]?(?:\[(s|ms)\]|\((s|ms)\)|(s|ms)))?$", re.I)
+# Epoch values between these bounds (1973..5138 in either unit) are read as seconds or milliseconds; anything
+# smaller is a counter or an index, not a time.
+_EPOCH_S = (1e8, 1e11)
+_EPOCH_MS = (1e11, 1e14)
+
+
+def is_time_column(name: str, first_cell: str) -> bool:
+    """Whether a first column is a timestamp column: a non-numeric first cell, or a time-like name over numbers."""
+    return not is_number(first_cell) or _TIME_NAME.match(name) is not None
+
+
+def parse_timestamps(name: str, cells: list[str], source: str, line_numbers: list[int]) -> np.ndarray:
+    """The column as UTC datetime64[ms]; raise DataFormatError naming the cell and the accepted forms if one fails."""
+    if is_number(cells[0]):
+        return _parse_epoch(name, cells, source, line_numbers)
+    out = np.empty(len(cells), dtype="datetime64[ms]")
+    for i, (cell, line) in enumerate(zip(cells, line_numbers)):
+        out[i] = _parse_iso(name, cell, source, line)
+    return out
+
+
+def _parse_iso(name: str, cell: str, source: str, line: int) -> np.datetime64:
+    try:
+        moment = datetime.fromisoformat(cell)
+    except ValueError:
+        problem = f"column {name!r} value {cell!r} is not a recognised timestamp ({ACCEPTED})"
+        raise DataFormatError(source, problem, line) from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    return np.datetime64(moment, "ms")
+
+
+def _parse_epoch(name: str, cells: list[str], source: str, line_numbers: list[int]) -> np.ndarray:
+    try:
+        values = np.array(cells, dtype=np.float64)
+    except ValueError:
+        bad = next(i for i, c in enumerate(cells) if not is_number(c))
+        problem = f"column {name!r} value {cells[bad]!r} is not a recognised timestamp ({ACCEPTED})"
+        raise DataFormatError(source, problem, line_numbers[bad]) from None
+    match = _TIME_NAME.match(name)
+    unit = next((g for g in match.groups()[1:] if g), None) if match else None
+    low, high = _EPOCH_MS if unit == "ms" or (unit is None and values[0] >= _EPOCH_MS[0]) else _EPOCH_S
+    outside = np.flatnonzero(~((values >= low) & (values < high)))
+    if outside.size:
+        i = int(outside[0])
+        problem = (f"column {name!r} value {cells[i]!r} is not a recognised timestamp: epoch "
+                   f"{'milliseconds' if low == _EPOCH_MS[0] else 'seconds'} lie between {low:.0e} and {high:.0e} "
+                   f"({ACCEPTED})")  # fmt: skip
+        raise DataFormatError(source, problem, line_numbers[i])
+    millis = values if low == _EPOCH_MS[0] else values * 1000.0
+    return np.round(millis).astype(np.int64).astype("datetime64[ms]")

@@ -1,0 +1,635 @@
+"""The streaming anomaly detector: per-reading signals → surprise → one alert decision (numpy only).
+
+The paper's adjusted masked-vs-unmasked score measures amplitude, turns slow anomalies into nothing and spikes at
+every recurring normal edge, and its Gaussian μ + 4σ threshold does not fit its heavy tail
+(docs/detection.md). This detector keeps the model's two views of a reading and judges each against the stream's
+own history, on a scale that means the same for every stream and every model:
+
+1. **Signals** of each scored reading (``SIGNALS``):
+   ``distance``, the paper's L1 distance between the last-step representations of the unmasked and the
+   last-step-masked window (how unexpected the reading is in its context), and ``novelty``, the distance from the
+   window's representation to the nearest of a bounded memory of the stream's earlier representations
+   (``RepresentationMemory``: how new the recent pattern is — a flat stretch where a cycle should be, a changed
+   period, a new level). Both are ≥ 0 and heavy-tailed, so they are judged in log space. ``deviation`` is the
+   reading's distance from the rest of its window in robust scales (``window_deviation``), the plain-value view
+   that catches the faults an imperfect model smooths over.
+2. **Surprise** (``SignalStats``): each signal's long-run mean and variance per stream (expanding, then exponential
+   with memory ``horizon``), and the tail probability of the reading's value — and of the mean of the last
+   ``short`` values, for anomalies that last — under a Gaussian of that history. A signal's surprise is
+   ``−log10`` of that probability. A lane's signals are combined by Fisher's method (``combine_surprise``: the
+   tail probability of ``−2 Σ ln p`` under χ² with ``2k`` degrees of freedom), so a reading that several signals
+   find unusual outranks one that a single signal finds a little more unusual; the reading's score is the best
+   lane's surprise less ``log10`` of the number of lanes (a Bonferroni correction, so more channels do not mean
+   more false alarms).
+3. **Alert** (``AlertGate``), the product's one alert decision: score ≥ ``threshold`` and above the stream's
+   decaying record of surprises outside alerts, for ``debounce`` readings in a row once the stream has
+   ``min_count`` scored readings, once per such run, and not within ``refractory`` readings of its previous alert.
+   The daemon's alert episodes (``alerts.AlertTracker``) open on these alerts and no other way. While a stream
+   alerts, its signal statistics and memory do not learn (an anomaly must not become the baseline that hides the
+   next one), for at most ``protect`` readings in a row — after that a lasting change is the new normal and is
+   learned.
+
+A stream may be one model window (``channel_mode = fixed``) or several univariate channels scored by one shared
+model (``independent``): every channel then has its own signals and statistics (a *lane*), and the stream's score
+is the largest lane surprise, Bonferroni-corrected by the number of tests (lanes × signals); the lane that gave it is
+reported, which names the channel behind an alert.
+
+Everything is a ``scoring.StreamState``: rows of numpy arrays, saved and restored as flat dicts, so the daemon's
+checkpoints and ``trep-edge score`` run the same arithmetic. ``Detector.step`` is the only entry point.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Mapping
+
+import numpy as np
+
+from trep_edge.runtime.preprocess import robust_location_scale
+from trep_edge.runtime.scoring import StreamState
+
+SIGNALS = ("distance", "novelty", "deviation")
+"""The per-reading signals the detector can judge, in the order of ``SignalStats`` columns: ``distance`` and
+``novelty`` from the model's representations, ``deviation`` from the window it saw (``window_deviation``)."""
+
+COMBINATIONS = ("fisher", "max")
+"""How a lane's signal surprises become one: Fisher's method, or the largest one (Bonferroni over the signals)."""
+
+MODEL_SIGNALS = ("distance", "novelty")
+"""The signals read off the model's representations: their statistics (and the representation memory) describe one
+model's outputs, so a model swap relearns them (``Detector.for_model``); ``deviation`` describes the stream alone."""
+
+RELEARN_MIN_VALUES = 16
+"""Values a model signal needs in ``Detector.relearn`` to replace the old model's statistics of a lane."""
+
+LOG_FLOOR = {"distance": 1e-6, "novelty": 1e-2}
+"""Signals judged in log space (≥ 0 and heavy-tailed), and what is added before the log so that 0 stays finite;
+``deviation`` (already in robust units) is judged as it is."""
+
+
+DEVIATION_MIN_VALUES = 16
+"""Earlier values a window needs before its last step's deviation from them is judged."""
+
+
+def transform_signals(values: np.ndarray, signals: tuple[str, ...]) -> np.ndarray:
+    """Map raw signal values ``[m, K]`` (columns in ``signals`` order) to the space their statistics live in."""
+    out = np.asarray(values, dtype=np.float64).copy()
+    for k, name in enumerate(signals):
+        if name in LOG_FLOOR:
+            out[:, k] = np.log(out[:, k] + LOG_FLOOR[name])
+    return out
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    """Detector settings (one ``[detector]`` TOML table; defaults measured in docs/detection.md).
+
+    Attributes:
+        signals: which of ``SIGNALS`` are judged.
+        combine: how a lane's signal surprises become its score: ``fisher`` (Fisher's method over the signals with
+            a value) or ``max`` (the largest, corrected for the number of signals).
+        memory: representations remembered per lane for ``novelty``.
+        stride: readings between two remembered representations (memory spans ``memory * stride`` readings).
+        exclusion: the most recent readings whose representations are never compared with (overlapping windows
+            look alike, so a neighbour from the last few readings would hide every novelty).
+        horizon: effective number of readings in each signal's long-run statistics.
+        short: readings in the short-term mean of a signal (sustained anomalies); 1 disables it.
+        min_count: scored readings a lane needs before it may alert.
+        threshold: surprise (−log10 tail probability) from which a reading alerts.
+        refractory: readings after an alert during which the stream raises no new alert.
+        debounce: consecutive readings at or above the threshold needed to alert (1 = the first one).
+        protect: alerting readings in a row that the statistics skip before they learn a lasting change.
+        relearn: a lane's newest stored readings that a model swapped in with the same inputs scores again, to
+            relearn the model signals' statistics from (at most the window; ``Detector.relearn``); 0 = the old
+            model's statistics stay (right for a re-export of the same weights).
+        scale_warmup: readings that set a lane's location and scale (models with ``scaling = "stream"``).
+        scale_adapt: effective readings in the slow update of location and scale after that; 0 = frozen.
+        record_decay: how fast (surprise per reading) the stream's record falls; the record is the largest score of
+            its readings outside alerted runs (recurring normal surprises, such as hot readings the refractory
+            period held back), and a reading alerts only above both ``threshold`` and the record. 0 disables it.
+        record_cap: the highest score that enters the record, so that a real anomaly the refractory period held
+            back cannot hide the next one for long (``inf``: no cap).
+        prior_weight: readings' worth of weight given to the model card's ``detector_prior`` (the signals' statistics
+            on the model's calibration data), which lets a new stream alert after ``min_count - prior_weight``
+            readings; 0 ignores the prior.
+        min_warmup: scored readings a stream needs before it may alert however much of ``min_count`` the prior
+            stands for (at most ``min_count``). A new stream's first windows are mostly padding, which the prior
+            (full windows only) does not describe, and its own statistics are still settling away from the prior:
+            with 1, a quarter of streams with a per-stream card alerted on reading 0, and 107 of 150 ICU patients
+            within their first 5 hours; 30 won the benchmark against 16, 24 and 48 (docs/detection.md).
+    """
+
+    signals: tuple[str, ...] = SIGNALS
+    combine: str = "fisher"
+    memory: int = 128
+    stride: int = 4
+    exclusion: int = 32
+    horizon: int = 500
+    short: int = 5
+    min_count: int = 100
+    threshold: float = 5.0
+    refractory: int = 200
+    debounce: int = 1
+    protect: int = 200
+    relearn: int = 48
+    scale_warmup: int = 100
+    scale_adapt: int = 10_000
+    prior_weight: int = 100
+    record_decay: float = 0.003
+    record_cap: float = 9.0
+    min_warmup: int = 30
+
+    def __post_init__(self) -> None:
+        signals = tuple(self.signals)
+        object.__setattr__(self, "signals", signals)
+        unknown = [s for s in signals if s not in SIGNALS]
+        if not signals or unknown:
+            raise ValueError(f"detector signals must be a non-empty subset of {SIGNALS}, got {list(signals)}")
+        if self.combine not in COMBINATIONS:
+            raise ValueError(f"detector combine must be one of {list(COMBINATIONS)}, got {self.combine!r}")
+        for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup", "debounce", "min_warmup"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"detector {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
+        if not math.isfinite(self.record_decay) or self.record_decay < 0:
+            raise ValueError(f"detector record_decay must be finite and >= 0, got {self.record_decay}")
+        if math.isnan(self.record_cap) or self.record_cap <= 0:
+            raise ValueError(f"detector record_cap must be > 0 (inf for none), got {self.record_cap}")
+        if not math.isfinite(self.threshold) or self.threshold <= 0:
+            raise ValueError(f"detector threshold must be a positive surprise (-log10 p), got {self.threshold}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (checkpoints, model cards, benchmark rows)."""
+        data = asdict(self)
+        data["signals"] = list(self.signals)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DetectorConfig:
+        """Read ``to_dict`` output; unknown keys are an error naming the known ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown detector setting(s) {unknown}; known: {sorted(known)}")
+        values = dict(data)
+        if "signals" in values:
+            values["signals"] = tuple(values["signals"])
+        return cls(**values)
+
+    def with_overrides(self, spec: str) -> DetectorConfig:
+        """Apply ``key=value;key=value`` overrides (benchmark ablations); ``signals`` takes ``a+b``."""
+        types = {f.name: f.type for f in fields(self)}
+        changes: dict[str, Any] = {}
+        for item in filter(None, (part.strip() for part in spec.split(";"))):
+            key, sep, value = item.partition("=")
+            if not sep or key not in types:
+                raise ValueError(f"detector override {item!r} must be key=value with a key among {sorted(types)}")
+            if key == "signals":
+                changes[key] = tuple(v for v in value.split("+") if v)
+            elif key == "combine":
+                changes[key] = value
+            else:
+                changes[key] = float(value) if key in ("threshold", "record_decay", "record_cap") else int(value)
+        return replace(self, **changes)
+
+
+def window_deviation(windows: np.ndarray) -> np.ndarray:
+    """How far each window's last step lies from the rest of its window ``[n, W, C]``, in robust scales (``[n]``).
+
+    The largest channel's ``|x_last − median| / scale`` (``preprocess.robust_location_scale`` of the earlier steps);
+    NaN for a window without a last value or with fewer than ``DEVIATION_MIN_VALUES`` earlier values (all ``W − 1``
+    of them when the window is shorter). Invariant to the stream's scaling, so it is the same before and after
+    ``preprocess.scale_windows``.
+    """
+    n, w, c = windows.shape
+    earlier = np.asarray(windows[:, :-1], dtype=np.float64).transpose(0, 2, 1).reshape(n * c, w - 1)
+    loc, scale = robust_location_scale(earlier)
+    last = np.asarray(windows[:, -1], dtype=np.float64).reshape(n * c)
+    # A scale read off a handful of values (a stream's first readings, a window that is mostly gap) is noise and
+    # made every new stream's first readings look like faults: too few earlier values give no deviation.
+    enough = np.isfinite(earlier).sum(axis=1) >= min(DEVIATION_MIN_VALUES, w - 1)
+    dev = np.where(enough, np.abs(last - loc) / scale, np.nan).reshape(n, c)
+    seen = np.isfinite(dev)
+    return np.where(seen.any(axis=1), np.where(seen, dev, -np.inf).max(axis=1), np.nan)
+
+
+def upper_tail_surprise(z: np.ndarray) -> np.ndarray:
+    """``−log10 P(N(0,1) > z)``, elementwise; exact (erfc) up to z = 8, asymptotic beyond (no underflow)."""
+    z = np.asarray(z, dtype=np.float64)
+    out = np.full(z.shape, np.nan)
+    finite = np.isfinite(z)
+    small = finite & (z <= 8.0)
+    out[small] = -np.log10(0.5 * _erfc(z[small] / math.sqrt(2.0)).astype(np.float64))
+    large = finite & (z > 8.0)
+    zl = z[large]
+    # log Q(z) ≈ −z²/2 − log(z √(2π)) + log(1 − 1/z² + 3/z⁴ − 15/z⁶) (Mills ratio series), within 3e-6 of the
+    # exact value at z = 8 and above it: without the series the surprise dropped by 0.0065 across the switch.
+    series = 1 - zl**-2 + 3 * zl**-4 - 15 * zl**-6
+    out[large] = (zl**2 / 2 + np.log(zl * math.sqrt(2 * math.pi)) - np.log(series)) / math.log(10)
+    out[np.isposinf(z)] = np.inf
+    return out
+
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def combine_surprise(surprise: np.ndarray) -> np.ndarray:
+    """Fisher's method over each row's signal surprises ``[m, K]`` (NaN = no value): ``[m]``, NaN when none.
+
+    With ``k`` values, ``X = −2 Σ ln p`` follows χ² with ``2k`` degrees of freedom under the null, whose tail is
+    ``e^{−X/2} Σ_{i<k} (X/2)^i / i!``; the result is ``−log10`` of that tail (one value gives itself back).
+    """
+    s = np.asarray(surprise, dtype=np.float64)
+    seen = np.isfinite(s) | np.isposinf(s)
+    k = seen.sum(axis=1)
+    half = np.where(seen, s, 0.0).sum(axis=1) * math.log(10.0)  # X / 2
+    total, term = np.zeros(len(s)), np.ones(len(s))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for i in range(s.shape[1]):
+            total += np.where(i < k, term, 0.0)
+            term = term * half / (i + 1)
+        out = (half - np.log(total)) / math.log(10.0)
+    return np.where(k > 0, np.where(np.isposinf(half), np.inf, out), np.nan)
+
+
+def _surprise(x: np.ndarray) -> np.ndarray:
+    return upper_tail_surprise(x).astype(np.float64) if x.size else np.zeros(x.shape)
+
+
+@dataclass(frozen=True)
+class SignalPrior:
+    """Mean and variance of each log-signal over a model's calibration data, and the weight a fresh lane gives them.
+
+    Stored in the model card as ``detector_prior`` (``{"signals": [...], "mean": [...], "var": [...], "n": N}``).
+    """
+
+    mean: tuple[float, ...]
+    var: tuple[float, ...]
+    count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (state configs)."""
+        return {"mean": list(self.mean), "var": list(self.var), "count": self.count}
+
+    @classmethod
+    def from_card(cls, card_prior: Mapping[str, Any], signals: tuple[str, ...], weight: int) -> SignalPrior | None:
+        """The card's prior for ``signals`` with ``weight``; None when it lacks one of them or the weight is 0."""
+        names = list(card_prior.get("signals", []))
+        if weight <= 0 or not all(s in names for s in signals):
+            return None
+        pick = [names.index(s) for s in signals]
+        mean, var = (tuple(float(card_prior[k][i]) for i in pick) for k in ("mean", "var"))
+        return cls(mean, var, int(min(weight, card_prior.get("n", weight))))
+
+
+class RepresentationMemory(StreamState):
+    """A bounded memory of each lane's earlier representations and the ``novelty`` signal it gives.
+
+    Every ``stride``-th representation is written to a ring of ``memory`` slots (float16: novelty needs the
+    neighbourhood, not the last bits). ``novelty`` is the Euclidean distance to the nearest remembered
+    representation at least ``exclusion`` readings old, NaN while there is none.
+    State: ``ring_`` ``[S, M, F]``, ``written_`` ``[S]`` (representations written), ``phase_`` ``[S]`` (readings
+    since the last write).
+    """
+
+    def __init__(self, dims: int, memory: int = 128, stride: int = 4, exclusion: int = 32, n_streams: int = 0) -> None:
+        self.dims, self.memory, self.stride, self.exclusion = int(dims), int(memory), int(stride), int(exclusion)
+        self.skip = -(-self.exclusion // self.stride)  # the newest slots written within the exclusion zone
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {
+            "ring_": np.zeros((n, self.memory, self.dims), dtype=np.float16),
+            "written_": np.zeros(n, dtype=np.int64),
+            "phase_": np.zeros(n, dtype=np.int64),
+        }
+
+    def _config(self) -> dict[str, Any]:
+        return {"dims": self.dims, "memory": self.memory, "stride": self.stride, "exclusion": self.exclusion}
+
+    def novelty(self, idx: np.ndarray, z: np.ndarray) -> np.ndarray:
+        """Distance of each representation ``z [n, F]`` to its lane's nearest eligible memory (NaN: none yet)."""
+        written = self.written_[idx]
+        age = (written[:, None] - 1 - np.arange(self.memory)[None, :]) % self.memory
+        eligible = (age >= self.skip) & (age < written[:, None])
+        diff = self.ring_[idx].astype(np.float32) - z[:, None, :].astype(np.float32)
+        dist = np.sqrt(np.einsum("nmf,nmf->nm", diff, diff))
+        dist[~eligible] = np.inf
+        nearest = dist.min(axis=1) if self.memory else np.full(len(idx), np.inf)
+        return np.where(np.isfinite(nearest), nearest, np.nan).astype(np.float64)
+
+    def remember(self, idx: np.ndarray, z: np.ndarray) -> None:
+        """Count one reading for each selected lane; write its representation when its stride comes round."""
+        due = self.phase_[idx] % self.stride == 0
+        rows = idx[due]
+        self.ring_[rows, self.written_[rows] % self.memory] = z[due].astype(np.float16)
+        self.written_[rows] += 1
+        self.phase_[idx] += 1
+
+
+class SignalStats(StreamState):
+    """Long-run mean/variance and the last ``short`` values of K log-signals per lane; their surprise.
+
+    The statistics are expanding (Welford) for the first ``horizon`` values, then exponential with weight
+    ``1/horizon``, so a stream that drifts slowly keeps a current baseline. NaN values are not learned. With a
+    ``prior``, a fresh lane starts from its mean and variance as if it had seen ``prior.count`` values.
+    State: ``count_``, ``mean_``, ``var_`` ``[S, K]``; ``recent_`` ``[S, K, short]`` (NaN = empty), ``pos_`` ``[S]``.
+    """
+
+    def __init__(
+        self, k: int, horizon: int = 2000, short: int = 5, prior: SignalPrior | None = None, n_streams: int = 0
+    ) -> None:
+        self.k, self.horizon, self.short = int(k), int(horizon), int(short)
+        self.prior = prior
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        p = self.prior
+        return {
+            "count_": np.full((n, self.k), 0 if p is None else p.count, dtype=np.int64),
+            "mean_": np.zeros((n, self.k)) + (0.0 if p is None else np.asarray(p.mean)),
+            "var_": np.zeros((n, self.k)) + (0.0 if p is None else np.asarray(p.var)),
+            "recent_": np.full((n, self.k, self.short), np.nan),
+            "pos_": np.zeros(n, dtype=np.int64),
+        }
+
+    def _config(self) -> dict[str, Any]:
+        prior = None if self.prior is None else self.prior.to_dict()
+        return {"k": self.k, "horizon": self.horizon, "short": self.short, "prior": prior}
+
+    @classmethod
+    def _from_config(cls, config: dict[str, Any]) -> SignalStats:
+        prior = config.get("prior")
+        return cls(config["k"], config["horizon"], config["short"], None if prior is None else SignalPrior(**prior))
+
+    def surprise(self, idx: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Surprise ``[n, K]`` of log-signals ``x [n, K]`` against each lane's history (NaN: no history or no value).
+
+        The larger of the reading's own tail and, when ``short`` > 1, the tail of the mean of its last ``short``
+        values including this one; both measured in units of the single-value standard deviation, which is
+        conservative for the mean (signals of overlapping windows are correlated, so σ/√short would over-alert).
+        """
+        count, mean = self.count_[idx], self.mean_[idx]
+        std = np.sqrt(self.var_[idx])
+        scale = np.where((count >= 2) & (std > 0), std, np.nan)
+        deviation = x - mean
+        if self.short > 1:
+            recent = self.recent_[idx].copy()
+            recent[np.arange(len(idx)), :, self.pos_[idx] % self.short] = x
+            seen = np.isfinite(recent)
+            short_mean = np.where(seen, recent, 0.0).sum(axis=2) / np.maximum(seen.sum(axis=2), 1)
+            deviation = np.where(np.isfinite(x), np.fmax(deviation, short_mean - mean), np.nan)
+        return _surprise(deviation / scale)
+
+    def learn(self, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
+        """Record one value per signal of each selected lane; only rows with ``baseline`` enter the statistics.
+
+        The short-term ring always advances (it describes the present, anomaly or not); the long-run statistics
+        skip NaN values and the rows the alert gate protects.
+        """
+        ok = np.isfinite(x) & np.asarray(baseline, dtype=bool)[:, None]
+        count = np.where(ok, np.minimum(self.count_[idx] + 1, self.horizon), self.count_[idx])
+        a = np.where(ok, 1.0 / np.maximum(count, 1), 0.0)
+        delta = np.where(ok, x - self.mean_[idx], 0.0)
+        self.mean_[idx] += a * delta
+        self.var_[idx] = (1 - a) * (self.var_[idx] + a * delta**2)
+        self.count_[idx] = count
+        self.recent_[idx, :, self.pos_[idx] % self.short] = x
+        self.pos_[idx] += 1
+
+
+class AlertGate(StreamState):
+    """The alert decision per stream: threshold, warm-up, refractory period, and which readings may be learned.
+
+    A stream alerts once per run of readings at or above the threshold (when the run reaches ``debounce`` readings,
+    or at its first reading after the refractory period), so a lasting anomaly is one alert, not one per reading.
+    With ``record_decay`` > 0 the bar is the larger of the threshold and the stream's *record*: the largest score
+    of its scored readings outside alerted runs (each at most ``record_cap``), falling by ``record_decay`` per
+    reading. Gaussian surprise fits the heavy, stream-specific tails of these signals badly, and a stream whose
+    normal edges recur at surprise 6 alerted once per refractory period for its whole life; the record learns that
+    level from the surprises the stream produces without alerting, and an anomaly must beat it
+    (docs/detection.md).
+    State, all ``[S]``: ``record_`` (the record, −inf before any), ``scored_`` (scored readings), ``since_``
+    (readings since the last alert, capped at ``refractory + 1``), ``hot_`` (readings at or above the bar in a row,
+    capped above ``protect`` and ``debounce``), ``alerted_`` (the current run has alerted).
+    """
+
+    def __init__(
+        self, threshold: float, min_count: int, refractory: int, protect: int, debounce: int = 1,
+        record_decay: float = 0.0, record_cap: float = math.inf, n_streams: int = 0,
+    ) -> None:  # fmt: skip
+        self.threshold, self.min_count = float(threshold), int(min_count)
+        self.refractory, self.protect, self.debounce = int(refractory), int(protect), int(debounce)
+        self.record_decay, self.record_cap = float(record_decay), float(record_cap)
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {
+            "record_": np.full(n, -np.inf),
+            "scored_": np.zeros(n, dtype=np.int64),
+            "since_": np.full(n, self.refractory + 1, dtype=np.int64),
+            "hot_": np.zeros(n, dtype=np.int64),
+            "alerted_": np.zeros(n, dtype=bool),
+        }
+
+    def _config(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "min_count": self.min_count, "refractory": self.refractory,
+                "protect": self.protect, "debounce": self.debounce, "record_decay": self.record_decay,
+                "record_cap": self.record_cap}  # fmt: skip
+
+    def decide(self, idx: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Return (alert, warming, learn) for one reading per selected stream, and advance the state."""
+        scored = np.isfinite(score)
+        count = self.scored_[idx] + scored
+        warming = count < self.min_count
+        record = self.record_[idx] - self.record_decay
+        bar = np.fmax(self.threshold, record) if self.record_decay > 0 else np.full(len(idx), self.threshold)
+        hot = scored & ~warming & (score >= bar)
+        since = np.minimum(self.since_[idx] + 1, self.refractory + 1)
+        hot_run = np.where(hot, np.minimum(self.hot_[idx] + 1, max(self.protect, self.debounce) + 1), 0)
+        # Once per run of hot readings: its debounce-th reading, or its first one after the refractory period.
+        alert = (hot_run >= self.debounce) & (since > self.refractory) & ~(self.alerted_[idx] & hot)
+        self.alerted_[idx] = hot & (self.alerted_[idx] | alert)
+        normal = scored & ~warming & ~self.alerted_[idx]
+        self.record_[idx] = np.where(normal, np.fmax(record, np.fmin(score, self.record_cap)), record)
+        self.scored_[idx] = count
+        self.since_[idx] = np.where(alert, 0, since)
+        self.hot_[idx] = hot_run
+        return alert, warming, ~hot | (hot_run > self.protect)
+
+
+@dataclass(frozen=True)
+class DetectorStep:
+    """One reading per selected stream: score (NaN = none), alert, warming, and the lane that gave the score.
+
+    ``surprise`` is the corrected surprise of every scored reading; ``score`` equals it on the readings that alert
+    and is held just below the threshold on the others (the refractory period, the rest of an alerted run), so a
+    threshold applied to ``score`` never counts a reading the detector decided not to alert on. NaN while warming.
+    """
+
+    score: np.ndarray  # [n]
+    surprise: np.ndarray  # [n]
+    alert: np.ndarray  # [n] bool
+    warming: np.ndarray  # [n] bool
+    lane: np.ndarray  # [n] the lane row (channel) with the largest surprise, -1 when none
+    lane_score: np.ndarray  # [m] each lane's own surprise (signals combined; NaN = none), before the correction
+    signals: np.ndarray  # [m, K] each lane's log-signals (NaN = none)
+
+
+class Detector:
+    """Signals → surprise → alert for streams made of lanes (module docstring).
+
+    Lanes (``memory``, ``stats``) and streams (``gate``) are numbered separately: a stream of a fixed-channel model
+    is one lane, a stream scored channel by channel has one lane per channel. The caller keeps the numbering and adds,
+    removes and resets lanes and streams together.
+    """
+
+    def __init__(self, config: DetectorConfig, dims: int, card_prior: Mapping[str, Any] | None = None) -> None:
+        self.config, self.dims = config, int(dims)
+        c = config
+        prior = SignalPrior.from_card(card_prior, c.signals, c.prior_weight) if card_prior else None
+        self.memory = RepresentationMemory(dims, c.memory, c.stride, c.exclusion)
+        self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior)
+        # A prior stands for that many readings of the stream's own warm-up, never for its first min_warmup.
+        warmup = c.min_count if prior is None else max(c.min_count - prior.count, min(c.min_warmup, c.min_count))
+        self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect, c.debounce, c.record_decay,
+                              c.record_cap)
+
+    def _lane_parts(self) -> tuple[StreamState, ...]:
+        return (self.memory, self.stats)
+
+    def add(self, streams: int, lanes: int) -> None:
+        """Append fresh streams and lanes (numbered after the existing ones)."""
+        self.gate.add_streams(streams)
+        for part in self._lane_parts():
+            part.add_streams(lanes)
+
+    def remove(self, streams: np.ndarray, lanes: np.ndarray) -> None:
+        """Drop streams and lanes; later ones move down to fill the gaps (``np.delete`` numbering)."""
+        self.gate.remove_streams(streams)
+        for part in self._lane_parts():
+            part.remove_streams(lanes)
+
+    def reset(self, streams: np.ndarray, lanes: np.ndarray) -> None:
+        """Return streams and lanes to their initial state, keeping their numbers."""
+        self.gate.reset_streams(streams)
+        for part in self._lane_parts():
+            part.reset_streams(lanes)
+
+    def step(
+        self,
+        stream_idx: np.ndarray,
+        lanes: np.ndarray,
+        lane_of: np.ndarray,
+        distance: np.ndarray,
+        z: np.ndarray,
+        deviation: np.ndarray | None = None,
+    ) -> DetectorStep:
+        """Score, decide and learn one reading per selected stream.
+
+        ``lanes [m]`` are the lane rows with a value this reading, ``lane_of [m]`` the position in ``stream_idx`` of
+        each one's stream, ``distance [m]`` their paper distances (NaN = unscorable), ``z [m, F]`` their unmasked
+        last-step representations and ``deviation [m]`` their ``window_deviation`` (None: not available).
+        """
+        idx = self.gate._rows(stream_idx)
+        lanes = np.asarray(lanes, dtype=np.int64)
+        lane_of = np.asarray(lane_of, dtype=np.int64)
+        n, m = len(idx), len(lanes)
+        distance = np.asarray(distance, dtype=np.float64).reshape(m)
+        z = np.asarray(z, dtype=np.float32).reshape(m, self.dims)
+        valid = np.isfinite(distance)
+        columns = []
+        for name in self.config.signals:
+            if name == "distance":
+                columns.append(distance)
+            elif name == "novelty":
+                columns.append(np.where(valid, self.memory.novelty(lanes, z), np.nan))
+            else:
+                dev = np.full(m, np.nan) if deviation is None else np.asarray(deviation, dtype=np.float64).reshape(m)
+                columns.append(np.where(valid, dev, np.nan))
+        signals = transform_signals(np.stack(columns, axis=1), self.config.signals)  # [m, K]
+        surprise = self.stats.surprise(lanes, signals)
+        if self.config.combine == "fisher":
+            lane_score, per_lane = combine_surprise(surprise), 1
+        else:
+            lane_score = np.where(np.isfinite(surprise).any(axis=1), np.nanmax(np.where(np.isnan(surprise), -np.inf,
+                                                                                        surprise), axis=1), np.nan)
+            per_lane = len(columns)
+        # Per stream: the best lane, corrected for the number of tests made (lanes with a value, × signals for max).
+        tests = np.bincount(lane_of, weights=valid.astype(np.float64), minlength=n) * per_lane
+        best = np.full(n, -np.inf)
+        np.maximum.at(best, lane_of, np.where(np.isfinite(lane_score), lane_score, -np.inf))
+        has = np.isfinite(best)
+        score = np.where(has, best - np.log10(np.maximum(tests, 1)), np.nan)
+        winner = np.full(n, -1, dtype=np.int64)
+        top = has[lane_of] & (lane_score == best[lane_of])
+        winner[lane_of[top]] = lanes[top]
+        alert, warming, learn = self.gate.decide(idx, score)
+        baseline = learn[lane_of] & valid
+        self.stats.learn(lanes[valid], signals[valid], baseline[valid])
+        self.memory.remember(lanes[baseline], z[baseline])
+        held = np.where(alert, score, np.fmin(score, np.nextafter(self.config.threshold, -np.inf)))
+        return DetectorStep(np.where(warming, np.nan, held), score, alert, warming, winner, lane_score, signals)
+
+    def for_model(self, dims: int, card_prior: Mapping[str, Any] | None) -> Detector:
+        """This detector's successor for another model with the same inputs (a hot swap): no stream warms up again.
+
+        The alert gate (record, scored-reading count, refractory period, hot run) and the ``deviation`` statistics
+        describe the streams, not the model: they carry over unchanged, and so do, until ``relearn`` replaces them,
+        the ``MODEL_SIGNALS`` statistics (exact for a model with the same outputs, a re-export). The representation
+        memory starts empty: the old representations are another model's.
+        """
+        new = Detector(self.config, dims, card_prior)
+        # Same detector settings: only the gate's warm-up length and the statistics' prior depend on the card. A
+        # stream that may alert keeps alerting, whatever warm-up the new card's prior asks of new streams.
+        active = self.gate.scored_ >= self.gate.min_count
+        new.gate = AlertGate.from_state({**self.gate.state_dict(), "config": new.gate.state_dict()["config"]})
+        new.gate.scored_[active] = np.maximum(new.gate.scored_[active], new.gate.min_count)
+        new.stats = SignalStats.from_state({**self.stats.state_dict(), "config": new.stats.state_dict()["config"]})
+        new.memory.add_streams(new.stats.n_streams)
+        return new
+
+    def relearn(self, lanes: np.ndarray, distance: np.ndarray, z: np.ndarray) -> None:
+        """Relearn the model signals and memory of ``lanes`` (just handed over by ``for_model``) from their recent
+        readings as the new model scores them: ``distance [m, T]`` (NaN: no scorable reading) and ``z [m, T, F]``,
+        oldest first; from the new card's prior, if it has one.
+
+        A signal relearnt from fewer than ``RELEARN_MIN_VALUES`` values (no prior, few scorable steps; novelty, which
+        needs ``exclusion`` older readings) keeps the old model's statistics: a variance read off a handful of values
+        turns every later value into an alert. The alert gate is not stepped: these readings were judged when they
+        arrived.
+        """
+        lanes = self.stats._rows(lanes)
+        valid = np.isfinite(distance)
+        s = self.stats
+        scratch = SignalStats(s.k, s.horizon, s.short, s.prior, len(lanes))
+        # The relearnt short-term ring ends where the kept one writes next, so that the two rotate as one.
+        scratch.pos_[:] = (s.pos_[lanes] - valid.sum(axis=1)) % s.short
+        signals = self.config.signals
+        for t in range(distance.shape[1]):
+            rows = np.flatnonzero(valid[:, t])
+            zt = z[rows, t]
+            values = {"distance": distance[rows, t], "novelty": self.memory.novelty(lanes[rows], zt),
+                      "deviation": np.full(len(rows), np.nan)}  # fmt: skip
+            scratch.learn(rows, transform_signals(np.stack([values[n] for n in signals], axis=1), signals),
+                          np.ones(len(rows), dtype=bool))  # fmt: skip
+            self.memory.remember(lanes[rows], zt)
+        for k in (k for k, name in enumerate(signals) if name in MODEL_SIGNALS):
+            rows = np.flatnonzero(scratch.count_[:, k] >= RELEARN_MIN_VALUES)
+            for part in ("count_", "mean_", "var_", "recent_"):
+                getattr(s, part)[lanes[rows], k] = getattr(scratch, part)[rows, k]
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every part's state as one flat dict of arrays (``memory/``, ``stats/``, ``gate/`` prefixes)."""
+        state: dict[str, np.ndarray] = {}
+        for prefix, part in (("memory", self.memory), ("stats", self.stats), ("gate", self.gate)):
+            state.update({f"{prefix}/{k}": v for k, v in part.state_dict().items()})
+        return state
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore ``state_dict`` output saved by a detector with the same config and dims."""
+        for prefix, part in (("memory", self.memory), ("stats", self.stats), ("gate", self.gate)):
+            sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
+            setattr(self, prefix, type(part).from_state(sub))

@@ -1,0 +1,836 @@
+"""The monitor: readings in; scored readings and alert state changes out, for every stream of one model.
+
+``ingest`` files a reading into its stream's window (``windows.WindowStore``); ``tick`` finalises the ready steps
+of all streams, runs the model once for all of them, and steps ``detector.Detector`` (signals, surprise, the alert
+decision) and ``alerts.AlertTracker`` (episodes to publish) once per step, vectorised across streams. The same
+``Detector`` runs offline in ``offline.detect_recording``: a recording fed through the monitor and through
+``trep-edge score`` gives the same scores and alerts.
+
+Streams and lanes. The detector judges *lanes*, each one model window: a stream of a fixed-channel model is one lane
+(named as the stream); a stream of a channel-independent model (card ``channel_mode = "independent"``) has one lane
+per channel it sends, named ``stream + LANE_SEPARATOR + channel``, each scored by the shared univariate model. A
+stream's score is its best lane's surprise, corrected for the number of lanes, and names the channel behind it.
+
+Policies:
+
+- **Engines.** The windowed engines score every complete step of the tick in one ``Engine.last_step_pair`` call;
+  when the engine selection chose the incremental ``step`` engine of a causal model, each lane's
+  ``step_engine.StepEngine`` state is advanced by every finalised step, one onnxruntime call per round. A state that
+  is missing or stale (new, reset, restored from an older checkpoint, other weights) is rebuilt from the stored
+  window before its next step, which gives the windowed engine's scores exactly.
+- **Per-stream scaling** (card ``scaling = "stream"``): each lane's newest reading updates its
+  ``preprocess.StreamScaler`` and the window is scaled with the result just before the engine call
+  (``preprocess.scale_windows``), one round at a time, as offline.
+- **Implausible values** (outside ``preprocess.plausible_bounds``: the card's physical ranges, or absurdly far from
+  its training scale) are filed as missing, counted (``implausible_values``) and reported as a *sensor fault* of that
+  channel (``SensorEvent``: raised on the first such value, cleared by the channel's next plausible value or when
+  the stream is removed), so a broken sensor neither blinds the window nor raises an anomaly alert. Fault state
+  is not checkpointed: after a restart a fault still present is raised again by its next value.
+- **Disconnected sensors.** A reading that says its sensor is not connected (``Reading.disconnected``: the
+  ``[input] disconnected`` encoding, ``payloads.mark_disconnected``) is not filed: its step is a gap, never scored,
+  nothing is learned from it. A known stream reports it once as a sensor fault of no channel (``DISCONNECTED``),
+  cleared by its next reading with a value, which restarts its windows and detector (its scale is kept): windows
+  holding the missing stretch would look novel to the model for a window length and alert. A stream never seen
+  before starts with its first value.
+- **Unscorable steps.** A gap-filled step, or a reading with a channel missing in its prepared value, has no
+  distance (NaN): the detector neither scores nor learns it.
+- **Warm-up.** A stream is *warming* until it has ``detector.min_count`` scored readings; a warming reading never
+  alerts, and the tracker sees it as unknown.
+- **Resets** (a gap longer than ``max_gap``, a re-anchored clock): the lane's window and detector state restart,
+  its learned scale is kept (the sensor did not change). ``reset_stream`` (a new patient on a bed) restarts the scale
+  too. The alert tracker is kept: episode numbers keep counting and an open episode stays open until post-warm-up
+  scores clear it.
+- **Bed events.** ``close_episodes`` clears open episodes on request (a new patient, a discharge); ``move_stream``
+  gives one stream id's whole state to another (a patient moved to another bed) by renaming its rows in every
+  holder, so the new id scores on without a warm-up.
+- **Explanations** (``[alerts] explain``): a raised or updated episode carries ``explain.explain_readings`` of its
+  reading (each channel's contribution, expected and seen values), computed right after the detector's step on the
+  windows of this tick; a fixed-channel model adds one engine call per round that has such readings.
+- **Model swap.** Same file (sha256) and card: everything is kept. Same input contract (``windows.input_contract``:
+  channels, window length, differencing, forward fill, normalisation, scaling, channel mode) but another model
+  (other weights, a re-export, another card): no stream warms up again. Windows, pending steps and scales are kept;
+  the detector is handed over (``Detector.for_model``): its alert gate (threshold record, warm-up count,
+  refractory period, hot run) and the ``deviation`` statistics describe the stream and are kept, while the model
+  signals (distance, novelty: another model's outputs) are relearnt from each lane's newest ``detector.relearn``
+  stored steps scored again by the new model, in engine calls of ``RELEARN_BATCH`` windows (measured in
+  bench/results/swap_relearn.json). Other inputs: windows and detector restart (pending readings are discarded),
+  logged with the fields that differ. Alert episodes are kept in every case. A checkpoint restored with another
+  model of the same inputs is handed over the same way.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from trep_edge.runtime.alerts import SEVERITIES, AlertConfig, AlertEvent, AlertTracker, episode_id
+from trep_edge.runtime.detector import Detector, DetectorConfig, window_deviation
+from trep_edge.runtime.engine import Engine
+from trep_edge.runtime.explain import Explanation, Subject, explain_readings
+from trep_edge.runtime.payloads import Reading
+from trep_edge.runtime.preprocess import StreamScaler, plausible_bounds, scale_windows
+from trep_edge.runtime.scoring import raw_score
+from trep_edge.runtime.sharding import LANE_SEPARATOR
+from trep_edge.runtime.step_engine import StepEngine, StepGraph
+from trep_edge.runtime.windows import StepBatch, WindowConfig, WindowStore, contract_differences, input_contract
+
+log = logging.getLogger(__name__)
+
+RELEARN_BATCH = 2048
+"""Windows per engine call when a swapped-in model scores the streams' stored steps again (bounds its memory)."""
+
+MONITOR_COUNTERS = ("ticks", "engine_calls", "engine_rows", "scored", "detections", "alerts_raised",
+                    "alerts_updated", "alerts_cleared", "streams_reset", "streams_removed", "model_swaps",
+                    "implausible_values", "sensor_faults_raised", "sensor_faults_cleared", "disconnected_readings",
+                    "streams_moved")  # fmt: skip
+DISCONNECTED = ""
+"""The channel of a stream-wide sensor fault: the stream said its sensor is not connected."""
+
+
+@dataclass
+class ScoredReading:
+    """One finalised reading of one stream and its score; NaN where not available (warming, unscorable step)."""
+
+    stream: str
+    step: int
+    timestamp: float
+    raw: float  # the paper's masked-vs-unmasked distance, summed over the stream's lanes
+    score: float  # the detector's score: its surprise, held below the threshold on readings it does not alert on
+    surprise: float  # the detector's surprise (−log10 tail probability, corrected for the tests made)
+    threshold: float
+    warming: bool
+    alert: bool  # the detector's decision
+    channel: str  # the channel (lane) behind the score; "" for a fixed-channel model or no score
+    values: dict[str, float]  # the step's raw channel values, NaN = missing
+    window_start: float  # time of the window's first step (step * period)
+    window_end: float  # time of the window's last step, the scored one
+
+
+@dataclass
+class AlertOut:
+    """A change of a stream's alert episode, to publish: state ``raised`` | ``updated`` | ``cleared``."""
+
+    alert_id: str
+    stream: str
+    state: str
+    severity: str
+    score: float  # the detector's score of the reading that changed the state
+    threshold: float
+    channel: str
+    values: dict[str, float]
+    window_start: float
+    window_end: float
+    timestamp: float
+    # Raised and updated alerts with [alerts] explain: each channel's contribution to the score (explain.py).
+    explanation: Explanation | None = None
+
+
+@dataclass
+class SensorEvent:
+    """A sensor fault of one channel: ``raised`` by an implausible value, ``cleared`` by a plausible one (or the
+    stream's removal); ``value`` is the value that changed the state (NaN on removal). Channel ``DISCONNECTED``: the
+    stream's sensor is not connected (raised by a disconnected reading, cleared by a reading with a value)."""
+
+    stream: str
+    channel: str
+    state: str
+    value: float
+    low: float  # the channel's plausible range
+    high: float
+    timestamp: float
+
+    @property
+    def fault(self) -> str:
+        """``implausible`` (a channel's value out of range) or ``disconnected`` (the stream's sensor)."""
+        return "disconnected" if self.channel == DISCONNECTED else "implausible"
+
+
+@dataclass
+class TickResult:
+    """What one ``tick`` produced, and what its engine calls cost."""
+
+    scored: list[ScoredReading]
+    alerts: list[AlertOut]
+    batch_rows: int  # rows sent to the engine (2 per scored window: unmasked and masked)
+    inference_seconds: float
+    sensor: list[SensorEvent] = field(default_factory=list)  # sensor faults raised or cleared since the last tick
+    # Per stream scored in this tick: its run of readings at or above the alert gate's bar that has not alerted
+    # (yet: debounce, refractory period), as the gate holds it after the tick; 0 = none. The daemon's pending state.
+    hot_runs: dict[str, int] = field(default_factory=dict)
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def lane_rounds(stream_of_row: np.ndarray, step: np.ndarray) -> list[np.ndarray]:
+    """Split batch rows into rounds of at most one step per stream (all of that step's lanes), in time order."""
+    if not len(step):
+        return []
+    order = np.lexsort((step, stream_of_row))
+    s, k = stream_of_row[order], step[order]
+    new_stream = np.r_[True, s[1:] != s[:-1]]
+    group = np.cumsum(new_stream | np.r_[True, k[1:] != k[:-1]]) - 1
+    first = np.maximum.accumulate(np.where(new_stream, group, 0))
+    rounds = np.empty(len(step), dtype=np.int64)
+    rounds[order] = group - first
+    by_round = np.argsort(rounds, kind="stable")
+    return np.split(by_round, np.flatnonzero(np.diff(rounds[by_round])) + 1)
+
+
+class Monitor:
+    """Streaming anomaly scoring and alerting for many streams of one model (module docstring)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        windows: WindowConfig = WindowConfig(),
+        alerts: AlertConfig = AlertConfig(),
+        detector: DetectorConfig = DetectorConfig(),
+    ) -> None:
+        if engine.card.scaling == "stream" and engine.selected == "step":
+            raise ValueError("a stream-scaled model cannot run the incremental step engine (its state would hold "
+                             "inputs scaled with outdated statistics): set model.engine to pruned_pair or full")
+        self.engine = engine
+        self.alert_config = alerts
+        self.detector_config = detector
+        self._store = WindowStore(engine.card, windows)
+        self._names: list[str] = []
+        self._index: dict[str, int] = {}
+        self._lane_stream = np.zeros(0, dtype=np.int64)
+        self._seen = np.zeros(0)  # per stream: arrival time of its last accepted reading (for eviction)
+        self._scaler = self._new_scaler(0)
+        self._detector = self._new_detector(0, 0)
+        self._tracker = AlertTracker(alerts)
+        self._counters = dict.fromkeys(MONITOR_COUNTERS, 0)
+        self._steps = self._new_step_engine(engine)
+        self._bounds = self._new_bounds(engine)
+        self._check_period(engine)
+        self._faults: dict[str, set[str]] = {}  # stream -> channels with an open sensor fault
+        self._sensor: list[SensorEvent] = []  # sensor fault changes for the next tick's result
+
+    @property
+    def independent(self) -> bool:
+        """Whether every channel of a stream is its own lane (a channel-independent model)."""
+        return self.engine.card.channel_mode == "independent"
+
+    @property
+    def window_config(self) -> WindowConfig:
+        """The window settings in use."""
+        return self._store.config
+
+    def _new_detector(self, streams: int, lanes: int) -> Detector:
+        detector = Detector(self.detector_config, self.engine.card.repr_dims, self.engine.card.detector_prior)
+        detector.add(streams, lanes)
+        return detector
+
+    def _new_scaler(self, lanes: int) -> StreamScaler | None:
+        if self.engine.card.scaling != "stream":
+            return None
+        c = self.detector_config
+        return StreamScaler(c.scale_warmup, c.scale_adapt, n_streams=lanes * self.engine.card.input_dims)
+
+    def _new_step_engine(self, engine: Engine) -> StepEngine | None:
+        """Per-lane state for the ``step`` engine when the selection chose it, else None (windowed scoring)."""
+        if engine.selected != "step":
+            return None
+        steps = StepEngine(StepGraph(engine.graphs["step"]), engine.card)
+        steps.add_streams(self._store.n_streams)
+        return steps
+
+    def _check_period(self, engine: Engine) -> None:
+        """Warn when the model learned steps of another length than this monitor makes: its window would then span
+        another stretch of time than it was trained on (49 s instead of 49 h), which no score can show."""
+        period, card = self._store.config.period, engine.card
+        if card.period and not math.isclose(card.period, period, rel_tol=1e-6):
+            log.warning("model %s was trained on readings every %g s, but [windows] period is %g s: its %d-step window "
+                        "spans %s instead; set period = %g (ignore this for a replay faster than real time)",
+                        card.name, card.period, period, card.window, _span(card.window * period), card.period)  # fmt: skip
+
+    # readings in
+
+    @staticmethod
+    def _new_bounds(engine: Engine) -> dict[str, tuple[float, float]]:
+        low, high = plausible_bounds(engine.card)
+        return {name: (float(low[c]), float(high[c])) for c, name in enumerate(engine.card.channels)}
+
+    def _implausible(self, reading: Reading) -> dict[str, float]:
+        """The reading's finite values outside their channel's plausible range."""
+        if not isinstance(reading.values, dict):
+            return {}
+        bad = {}
+        for channel, value in reading.values.items():
+            bounds = self._bounds_of(channel)
+            if bounds is not None and isinstance(value, (int, float)) and math.isfinite(value) \
+                    and not bounds[0] <= value <= bounds[1]:  # fmt: skip
+                bad[channel] = float(value)
+        return bad
+
+    def _track_faults(self, reading: Reading, bad: dict[str, float], stamp: float) -> None:
+        """Raise a sensor fault for each newly implausible channel of an accepted reading, clear recovered ones."""
+        faults = self._faults.get(reading.stream, set())
+        self._counters["implausible_values"] += len(bad)
+        for channel, value in reading.values.items():
+            if (channel in bad) == (channel in faults) or (channel not in bad and not value == value):
+                continue  # no change; a missing value (NaN) says nothing about the sensor
+            if channel in bad:
+                faults.add(channel)
+                self._sensor_event(reading.stream, channel, "raised", bad[channel], stamp)
+            else:
+                faults.discard(channel)
+                self._sensor_event(reading.stream, channel, "cleared", float(value), stamp)
+        if DISCONNECTED in faults and any(v == v for v in reading.values.values()):
+            faults.discard(DISCONNECTED)
+            self._sensor_event(reading.stream, DISCONNECTED, "cleared", math.nan, stamp)
+        if faults:
+            self._faults[reading.stream] = faults
+        else:
+            self._faults.pop(reading.stream, None)
+
+    def _bounds_of(self, channel: str) -> tuple[float, float] | None:
+        """A channel's plausible range; None for a channel the model does not know."""
+        return self._bounds[self.engine.card.channels[0]] if self.independent else self._bounds.get(channel)
+
+    def _sensor_event(self, stream: str, channel: str, state: str, value: float, stamp: float) -> None:
+        low, high = (channel != DISCONNECTED and self._bounds_of(channel)) or (math.nan, math.nan)
+        self._sensor.append(SensorEvent(stream, channel, state, value, low, high, stamp))
+        self._counters[f"sensor_faults_{state}"] += 1
+
+    def _lanes(self, reading: Reading) -> list[Reading]:
+        if not self.independent or not isinstance(reading.values, dict):
+            return [reading]
+        name = self.engine.card.channels[0]
+        return [Reading(f"{reading.stream}{LANE_SEPARATOR}{channel}", reading.timestamp, {name: value})
+                for channel, value in reading.values.items()] or [reading]  # fmt: skip
+
+    def _register_lane(self, lane: str, stream: str) -> None:
+        """Give a lane the store just added its stream (a new one too), detector, scaler and engine rows."""
+        if stream not in self._index:
+            self._index[stream] = len(self._names)
+            self._names.append(stream)
+            self._tracker.add_streams(1)
+            self._detector.add(1, 0)
+            self._seen = np.append(self._seen, math.nan)
+        self._lane_stream = np.append(self._lane_stream, self._index[stream])
+        self._detector.add(0, 1)
+        if self._scaler is not None:
+            self._scaler.add_streams(self.engine.card.input_dims)
+        if self._steps is not None:
+            self._steps.add_streams(1)
+
+    def ingest(self, reading: Reading, now: float | None = None) -> str | None:
+        """File a reading; None when accepted (duplicates included, counted), else the kind of rejection.
+
+        ``now`` is the arrival time on ``tick``'s clock (starts the ``settle`` wait); without it the next tick
+        stamps the arrival. Never raises on data: see ``windows.WINDOW_REJECTIONS``. A reading of a
+        channel-independent model is accepted when any of its channels is. A disconnected reading is accepted and
+        not filed (module docstring).
+        """
+        if reading.disconnected:
+            return self._disconnected(reading, now)
+        bad = self._implausible(reading)
+        if bad:
+            reading = Reading(reading.stream, reading.timestamp,
+                              {k: math.nan if k in bad else v for k, v in reading.values.items()})  # fmt: skip
+        # The sensor is back from a disconnection: the stream starts afresh at this reading.
+        back = DISCONNECTED in self._faults.get(reading.stream, ()) and any(v == v for v in reading.values.values())
+        kinds = []
+        for lane in self._lanes(reading):
+            before = self._store.n_streams
+            kinds.append(self._store.ingest(lane, now, reset=back))
+            if self._store.n_streams > before:
+                self._register_lane(lane.stream, reading.stream)
+        if None not in kinds:
+            return kinds[0]
+        stamp = time.time() if now is None else now
+        self._seen[self._index[reading.stream]] = stamp
+        if bad or reading.stream in self._faults:
+            self._track_faults(reading, bad, stamp)
+        return None
+
+    def _disconnected(self, reading: Reading, now: float | None) -> None:
+        """A known stream is alive and says its sensor is off: report that once (a new stream waits for a value)."""
+        self._counters["disconnected_readings"] += 1
+        i = self._index.get(reading.stream)
+        if i is None:
+            return None
+        stamp = time.time() if now is None else now
+        self._seen[i] = stamp
+        faults = self._faults.setdefault(reading.stream, set())
+        if DISCONNECTED not in faults:
+            faults.add(DISCONNECTED)
+            self._sensor_event(reading.stream, DISCONNECTED, "raised", math.nan, stamp)
+        return None
+
+    def period_mismatches(self, factor: float = 2.0) -> dict[str, float]:
+        """Streams whose observed sampling period differs from the model card's by more than ``factor`` (either
+        way), with that period in seconds; none when the card declares no period (a model for any period)."""
+        period = self.engine.card.period
+        if not period:
+            return {}
+        observed = self._store.observed_periods()
+        with np.errstate(invalid="ignore"):
+            off = np.flatnonzero((observed > factor * period) | (observed < period / factor))
+        streams = self._lane_stream[off] if self.independent else off
+        return {self._names[int(i)]: float(observed[lane]) for i, lane in zip(streams, off)}
+
+    def silent(self, now: float, after: float) -> list[str]:
+        """Streams whose last accepted reading arrived more than ``after`` seconds before ``now``."""
+        return [self._names[i] for i in np.flatnonzero(now - self._seen > after).tolist()]
+
+    def tick(self, now: float) -> TickResult:
+        """Score every ready step of every stream (one engine call, or one per round with the step engine)."""
+        seconds = 0.0
+        if self._steps is not None:
+            started = time.perf_counter()
+            self._refresh_steps()
+            seconds = time.perf_counter() - started
+        # The step engine needs no windows, but the deviation signal and explanations read each scored step's window.
+        with_windows = self._steps is None or "deviation" in self.detector_config.signals or self.alert_config.explain
+        batch = self._store.collect(now, with_windows=with_windows)
+        self._counters["ticks"] += 1
+        rounds = lane_rounds(self._lane_stream[batch.stream_idx], batch.step)
+        raw = np.full(len(batch), np.nan)
+        deviation = np.full(len(batch), np.nan)
+        z = np.zeros((len(batch), self.engine.card.repr_dims), dtype=np.float32)
+        inputs = batch.windows  # the windows the model saw, one per complete row (scaled for stream-scaled models)
+        rows_sent = 0
+        started = time.perf_counter()
+        if self._steps is not None:
+            for rows in rounds:
+                raw[rows], z[rows] = self._advance_steps(batch, rows)
+            rows_sent = 2 * len(batch)
+            self._counters["engine_calls"] += len(rounds)
+            if batch.windows.shape[0]:  # a step-engine model is never stream-scaled: these are its windows
+                deviation[batch.complete] = window_deviation(batch.windows)
+        elif batch.windows.shape[0]:
+            complete = np.flatnonzero(batch.complete)
+            inputs = self._scaled_windows(batch, rounds, complete)
+            z_unmasked, z_masked = self.engine.last_step_pair(inputs, batch.starts)
+            raw[complete], z[complete] = raw_score(z_unmasked, z_masked), z_unmasked
+            deviation[complete] = window_deviation(inputs)
+            rows_sent = 2 * len(complete)
+            self._counters["engine_calls"] += 1
+        seconds += time.perf_counter() - started
+        self._counters["engine_rows"] += rows_sent
+        scored: list[ScoredReading] = []
+        alerts: list[AlertOut] = []
+        # One round = at most one step per stream; a stream's later steps need the state its earlier ones left.
+        window_of = np.cumsum(batch.complete) - 1 if len(inputs) else np.full(len(batch), -1)
+        window_of[~batch.complete] = -1
+        for rows in rounds:
+            self._step_round(batch, rows, raw[rows], z[rows], deviation[rows], (inputs, window_of), scored, alerts)
+        sensor, self._sensor = self._sensor, []
+        gate, rows = self._detector.gate, {s.stream: self._index[s.stream] for s in scored}
+        at = np.fromiter(rows.values(), dtype=np.int64, count=len(rows))
+        hot_runs = dict(zip(rows, np.where(gate.alerted_[at], 0, gate.hot_[at]).tolist()))
+        return TickResult(scored, alerts, rows_sent, seconds, sensor, hot_runs)
+
+    def _scaled_windows(self, batch: StepBatch, rounds: list[np.ndarray], complete: np.ndarray) -> np.ndarray:
+        """The batch's windows, each scaled by its lane's statistics up to its step (stream-scaled models)."""
+        if self._scaler is None:
+            return batch.windows
+        windows = np.array(batch.windows, dtype=np.float32)
+        position = np.full(len(batch), -1)
+        position[complete] = np.arange(len(complete))
+        c = self.engine.card.input_dims
+        for rows in rounds:
+            pos = position[rows]
+            lanes = batch.stream_idx[rows][pos >= 0]
+            pos = pos[pos >= 0]
+            if pos.size:
+                scaler_rows = (lanes[:, None] * c + np.arange(c)).ravel()
+                windows[pos] = scale_windows(self._scaler, scaler_rows, windows[pos])
+        return windows
+
+    def _refresh_steps(self) -> None:
+        """Rebuild the step state of live lanes whose state is stale from their stored windows."""
+        assert self._steps is not None
+        stale = np.flatnonzero(~self._steps.valid)
+        if stale.size:
+            windows, ends, live = self._store.histories(stale)
+            self._steps.rebuild(stale[live], windows[live], ends[live])
+
+    def _advance_steps(self, batch: StepBatch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Advance one round (at most one row per lane) through the step engine; distances and representations."""
+        assert self._steps is not None
+        idx, steps = batch.stream_idx[rows], batch.step[rows]
+        # A new or reset lane (or a state that does not end just before this step) starts from an empty window.
+        fresh = batch.reset[rows] | ~self._steps.valid[idx] | (self._steps.last_step[idx] != steps - 1)
+        if fresh.any():
+            empty = np.full((int(fresh.sum()), self._store.window - 1, len(self._store.channels)), np.nan, np.float32)
+            self._steps.rebuild(idx[fresh], empty, steps[fresh] - 1)
+        z_unmasked, z_masked = self._steps.advance(idx, batch.prepared[rows], steps)
+        raw = np.where(batch.complete[rows], raw_score(z_unmasked, z_masked), np.nan)
+        return raw, z_unmasked
+
+    def _step_round(
+        self,
+        batch: StepBatch,
+        rows: np.ndarray,
+        raw: np.ndarray,
+        z: np.ndarray,
+        deviation: np.ndarray,
+        inputs: tuple[np.ndarray, np.ndarray],
+        scored: list[ScoredReading],
+        alerts: list[AlertOut],
+    ) -> None:
+        lanes = batch.stream_idx[rows]
+        streams, lane_of = np.unique(self._lane_stream[lanes], return_inverse=True)
+        reset = batch.reset[rows]
+        if reset.any():
+            self._detector.reset(np.unique(streams[lane_of[reset]]), lanes[reset])
+        out = self._detector.step(streams, lanes, lane_of, raw, z, deviation)
+        self._counters["scored"] += int(np.isfinite(out.score).sum())
+        self._counters["detections"] += int(out.alert.sum())
+        threshold = self.detector_config.threshold
+        # Episodes follow the surprise (severity, clear), and open on the detector's alerts only.
+        events = self._tracker.step(streams, np.where(out.warming, np.nan, out.surprise), threshold, out.alert)
+
+        is_reading = np.zeros(len(streams), dtype=bool)
+        np.logical_or.at(is_reading, lane_of, batch.reading[rows])
+        stream_raw = np.zeros(len(streams))
+        np.add.at(stream_raw, lane_of, raw)
+        period, w = self._store.config.period, self._store.window
+        first_row = np.zeros(len(streams), dtype=np.int64)
+        first_row[lane_of[::-1]] = rows[::-1]
+        values = [dict() for _ in streams] if self.independent else None
+        if values is not None:
+            for j, row in zip(lane_of.tolist(), rows.tolist()):
+                values[j][self._channel(int(batch.stream_idx[row]))] = float(batch.raw[row, 0])
+        for j in np.flatnonzero(is_reading).tolist():
+            row = int(first_row[j])
+            step = int(batch.step[row])
+            timestamps = batch.timestamp[rows[lane_of == j]]
+            scored.append(ScoredReading(
+                stream=self._names[int(streams[j])], step=step, timestamp=float(np.nanmin(timestamps)),
+                raw=float(stream_raw[j]), score=float(out.score[j]), surprise=float(out.surprise[j]),
+                threshold=threshold,
+                warming=bool(out.warming[j]), alert=bool(out.alert[j]), channel=self._channel(int(out.lane[j])),
+                values=values[j] if values is not None else self._values(batch.raw[row]),
+                window_start=(step - w + 1) * period, window_end=step * period,
+            ))  # fmt: skip
+        position = {s: j for j, s in enumerate(streams.tolist())} if events else {}
+        explained = self._explain(batch, rows, lane_of, out.lane_score, inputs,
+                                  [position[e.stream_idx] for e in events if e.state != "cleared"])  # fmt: skip
+        for event in events:
+            j = position[event.stream_idx]
+            row = int(first_row[j])
+            step = int(batch.step[row])
+            stamp = float(np.nanmin(batch.timestamp[rows[lane_of == j]])) if is_reading[j] else math.nan
+            vals = values[j] if values is not None else self._values(batch.raw[row])
+            alerts.append(self._alert_out(event, self._channel(int(out.lane[j])), vals, step, stamp,
+                                          explained.get(j)))  # fmt: skip
+
+    def _explain(
+        self,
+        batch: StepBatch,
+        rows: np.ndarray,
+        lane_of: np.ndarray,
+        lane_score: np.ndarray,
+        inputs: tuple[np.ndarray, np.ndarray],
+        positions: list[int],
+    ) -> dict[int, Explanation]:
+        """Explanations of the round's streams at ``positions`` (those raising or escalating an episode)."""
+        if not positions or not self.alert_config.explain:
+            return {}
+        windows, window_of = inputs
+        nan_window = np.full(windows.shape[1:], np.nan, dtype=np.float32)
+        subjects = []
+        for j in positions:
+            mine = rows[lane_of == j]
+            lanes = batch.stream_idx[mine]
+            at = window_of[mine]
+            # The windows before per-stream scaling: expected values are read back through the card's normalisation.
+            prepared = np.stack([batch.windows[k] if k >= 0 else nan_window for k in at.tolist()])
+            if self.independent:
+                subjects.append(Subject(tuple(self._channel(int(lane)) for lane in lanes), lanes, prepared,
+                                        batch.raw[mine, 0], lane_score[lane_of == j]))  # fmt: skip
+            else:
+                subjects.append(Subject(tuple(self._store.channels), lanes, prepared, batch.raw[mine[0]],
+                                        lane_score[lane_of == j], windows[at], int(batch.starts[at[0]])))  # fmt: skip
+        return dict(zip(positions, explain_readings(self.engine, self._detector, subjects,
+                                                    self.detector_config.threshold)))  # fmt: skip
+
+    def _channel(self, lane: int) -> str:
+        """The channel a lane scores: its name after the separator (channel-independent models), else ""."""
+        if lane < 0 or not self.independent:
+            return ""
+        return self._store.names[lane].split(LANE_SEPARATOR, 1)[1]
+
+    def _values(self, raw: np.ndarray) -> dict[str, float]:
+        return dict(zip(self._store.channels, raw.tolist()))
+
+    def _alert_out(
+        self, event: AlertEvent, channel: str, values: dict[str, float], step: int, stamp: float,
+        explanation: Explanation | None = None,
+    ) -> AlertOut:
+        self._counters[f"alerts_{event.state}"] += 1
+        stream = self._names[event.stream_idx]
+        period, w = self._store.config.period, self._store.window
+        return AlertOut(
+            alert_id=event.alert_id(stream), stream=stream, state=event.state, severity=event.severity,
+            score=event.score, threshold=event.threshold, channel=channel, values=values,
+            window_start=(step - w + 1) * period, window_end=step * period, timestamp=stamp, explanation=explanation,
+        )  # fmt: skip
+
+    # stream management
+
+    def _stream_lanes(self, stream: str) -> tuple[int, np.ndarray]:
+        if stream not in self._index:
+            raise KeyError(f"unknown stream {stream!r}")
+        i = self._index[stream]
+        return i, np.flatnonzero(self._lane_stream == i)
+
+    def _scaler_rows(self, lanes: np.ndarray) -> np.ndarray:
+        c = self.engine.card.input_dims
+        return (lanes[:, None] * c + np.arange(c)).ravel()
+
+    def reset_stream(self, stream: str) -> None:
+        """Restart a stream's windows, scales and detector (a new patient on a bed); episode numbering continues."""
+        i, lanes = self._stream_lanes(stream)
+        for lane in lanes.tolist():
+            self._store.request_reset(lane)
+        self._detector.reset(np.array([i]), lanes)
+        if self._scaler is not None:
+            self._scaler.reset_streams(self._scaler_rows(lanes))
+        self._counters["streams_reset"] += 1
+
+    def remove_stream(self, stream: str, now: float | None = None) -> list[AlertOut]:
+        """Forget a stream (and its pending readings); returns a ``cleared`` event for an episode it left open."""
+        return self.remove_streams([stream], now)
+
+    def remove_streams(self, streams: list[str], now: float | None = None) -> list[AlertOut]:
+        """Forget streams in one pass over the per-stream state (an eviction sweep may close thousands); returns a
+        ``cleared`` event for each episode they left open, and queues the clearing of their sensor faults."""
+        stamp = time.time() if now is None else now
+        for stream in streams:
+            self._stream_lanes(stream)  # unknown names are refused before anything changes
+        idx = np.array(sorted({self._index[s] for s in streams}), dtype=np.int64)
+        lanes = np.flatnonzero(np.isin(self._lane_stream, idx))
+        out = self._close(idx, stamp)
+        for i in idx.tolist():
+            for channel in sorted(self._faults.pop(self._names[i], ())):
+                self._sensor_event(self._names[i], channel, "cleared", math.nan, stamp)
+        self._store.remove_streams(lanes)
+        if self._steps is not None:
+            self._steps.remove_streams(lanes)
+        if self._scaler is not None:
+            self._scaler.remove_streams(self._scaler_rows(lanes))
+        self._detector.remove(idx, lanes)
+        self._tracker.remove_streams(idx)
+        self._seen = np.delete(self._seen, idx)
+        kept = np.delete(self._lane_stream, lanes)
+        self._lane_stream = kept - np.searchsorted(idx, kept)  # renumber past the removed streams
+        removed = set(idx.tolist())
+        self._names = [name for i, name in enumerate(self._names) if i not in removed]
+        self._index = {name: i for i, name in enumerate(self._names)}
+        self._counters["streams_removed"] += len(idx)
+        return out
+
+    def close_episodes(self, streams: list[str], now: float | None = None) -> list[AlertOut]:
+        """Clear the open episodes of ``streams`` on request (a new patient, a discharge): a ``cleared`` event each;
+        their next alert opens a new episode. Unknown names are refused before anything changes."""
+        idx = np.array(sorted({self._stream_lanes(s)[0] for s in streams}), dtype=np.int64)
+        return self._close(idx, time.time() if now is None else now)
+
+    def _close(self, idx: np.ndarray, stamp: float) -> list[AlertOut]:
+        out = []
+        missing = dict.fromkeys(self._store.channels, math.nan)
+        for i in idx[self._tracker.active_[idx]].tolist():
+            stream, severity = self._names[i], SEVERITIES[int(self._tracker.severity_[i])]
+            out.append(AlertOut(episode_id(stream, self._tracker.episode_[i]), stream, "cleared", severity, math.nan,
+                                math.nan, "", dict(missing), math.nan, math.nan, stamp))  # fmt: skip
+            self._counters["alerts_cleared"] += 1
+        self._tracker.close(idx)
+        return out
+
+    def move_stream(self, old: str, new: str, now: float | None = None) -> list[AlertOut]:
+        """Give stream ``old``'s state to the id ``new`` (a patient moved to another bed): its windows with their
+        pending readings, scales, detector and step-engine state and arrival time, so ``new`` scores on without a
+        warm-up; ``old`` is gone. An episode's id names its stream, so the open episodes of both are cleared;
+        ``new``'s own state, if any, is removed first; ``new``'s episode numbers continue above both ids'. Sensor
+        faults belong to the old id's sensors: they are cleared with it. Returns the ``cleared`` events."""
+        if old == new:
+            raise ValueError(f"cannot move stream {old!r} onto itself")
+        self._stream_lanes(old)
+        stamp = time.time() if now is None else now
+        out, episodes = [], 0
+        if new in self._index:
+            episodes = int(self._tracker.episode_[self._index[new]])
+            out += self.remove_streams([new], stamp)
+        i, lanes = self._stream_lanes(old)
+        out += self._close(np.array([i]), stamp)
+        for channel in sorted(self._faults.pop(old, ())):
+            self._sensor_event(old, channel, "cleared", math.nan, stamp)
+        for lane in lanes.tolist():  # a channel-independent model's lanes are named stream + separator + channel
+            self._store.rename_stream(lane, new + self._store.names[lane][len(old):])
+        self._names[i] = new
+        del self._index[old]
+        self._index[new] = i
+        self._tracker.episode_[i] = max(episodes, int(self._tracker.episode_[i]))
+        self._counters["streams_moved"] += 1
+        return out
+
+    def swap_engine(self, engine: Engine) -> None:
+        """Hot model swap: keep what the new model can use (module docstring), log what was reset."""
+        old = self.engine
+        differs = contract_differences(input_contract(old.card), input_contract(engine.card))
+        same_model = not differs and engine.sha256 == old.sha256 and engine.card.to_json() == old.card.to_json()
+        lanes = self._store.n_streams
+        if differs:
+            store = WindowStore(engine.card, self._store.config)
+            for name in self._store.names:
+                store.add_stream(name)
+            store.counters = self._store.counters
+            store.counters["discarded"] += sum(len(self._store.pending_steps(i)) for i in range(lanes))
+            self._store = store
+            log.warning("model swap %s -> %s: %s differ; reset the windows and scores of all %d streams",
+                        old.card.name, engine.card.name, ", ".join(differs), len(self._names))  # fmt: skip
+        elif same_model:
+            log.info("model swap %s: same model, kept all state of %d streams", engine.card.name, len(self._names))
+        self.engine = engine
+        self._bounds = self._new_bounds(engine)
+        self._check_period(engine)
+        if differs:
+            self._scaler = self._new_scaler(lanes)
+            self._detector = self._new_detector(len(self._names), lanes)
+        elif not same_model:
+            started = time.perf_counter()
+            relearnt = self._relearn_detector()
+            log.info("model swap %s -> %s: same inputs, kept the windows, scales and alert state of all %d streams; "
+                     "relearnt the model signals of %d lanes from their stored steps in %.2f s", old.card.name,
+                     engine.card.name, len(self._names), relearnt, time.perf_counter() - started)  # fmt: skip
+        if not (same_model and self._steps is not None and engine.selected == "step"):
+            # Other weights (or engine): the state is rebuilt from the kept windows before the next step.
+            self._steps = self._new_step_engine(engine)
+        self._counters["model_swaps"] += 1
+
+    def _relearn_detector(self) -> int:
+        """Hand the detector over to the model just swapped in, which has the same inputs (``Detector.for_model``):
+        the newest ``detector.relearn`` stored steps of every live lane are scored again by the new model, each as
+        the last step of its window (NaN before the stored steps, as at a stream's start), in engine calls of at most
+        ``RELEARN_BATCH`` windows, and the detector relearns its model signals from them. Returns the lanes
+        relearnt."""
+        engine, store, w = self.engine, self._store, self._store.window
+        self._detector = self._detector.for_model(engine.card.repr_dims, engine.card.detector_prior)
+        history, ends, live = store.histories(np.arange(store.n_streams))
+        lanes, r = np.flatnonzero(live), min(self.detector_config.relearn, w)
+        per_call = max(1, RELEARN_BATCH // max(r, 1))  # lanes per engine call
+        for first in range(0, len(lanes) if r else 0, per_call):
+            chunk = lanes[first : first + per_call]
+            steps = history[chunk]
+            padded = np.concatenate([np.full((len(chunk), w - 1, steps.shape[2]), np.nan, np.float32), steps], 1)
+            lane, k = np.nonzero(~np.isnan(steps[:, w - r :]).any(axis=2))  # scorable: every prepared channel
+            if not lane.size:
+                continue
+            row = k + w - r  # the stored step that ends the window
+            windows = padded[lane[:, None], row[:, None] + np.arange(w)]
+            if self._scaler is not None:
+                windows = scale_windows(self._scaler, self._scaler_rows(chunk[lane]), windows, learn=False)
+            z_unmasked, z_masked = engine.last_step_pair(windows, ends[chunk][lane] - 2 * (w - 1) + row)
+            distance = np.full((len(chunk), r), np.nan)
+            z = np.zeros((len(chunk), r, engine.card.repr_dims), dtype=np.float32)
+            distance[lane, k], z[lane, k] = raw_score(z_unmasked, z_masked), z_unmasked
+            self._detector.relearn(chunk, distance, z)
+        return len(lanes) if r else 0
+
+    # status
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Running totals: the window store's (readings_accepted, late, duplicate, ...) and the monitor's."""
+        return {**self._store.counters, **self._counters}
+
+    def has_stream(self, name: str) -> bool:
+        """Whether ``name`` is one of the streams."""
+        return name in self._index
+
+    @property
+    def streams(self) -> dict[str, str]:
+        """Each stream's status: ``warming`` or ``active`` (may alert)."""
+        # The gate's own count: a card prior shortens the warm-up below detector.min_count.
+        ready = self._detector.gate.scored_ >= self._detector.gate.min_count
+        return {name: "active" if ok else "warming" for name, ok in zip(self._names, ready.tolist())}
+
+    # state
+
+    def _parts(self) -> list[tuple[str, Any]]:
+        parts: list[tuple[str, Any]] = [("windows", self._store), ("detector", self._detector),
+                                        ("tracker", self._tracker)]  # fmt: skip
+        if self._scaler is not None:
+            parts.append(("scaler", self._scaler))
+        if self._steps is not None:
+            parts.append(("steps", self._steps))
+        return parts
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything needed to resume scoring at once, as a flat dict of arrays (``np.savez``; JSON via tolist)."""
+        config = {"detector": self.detector_config.to_dict(), "sha256": self.engine.sha256,
+                  "card": self.engine.card.to_json(), "alerts": asdict(self.alert_config), "names": self._names,
+                  "counters": self._counters}  # fmt: skip
+        state = {"monitor/config": np.array(json.dumps(config)), "monitor/lane_stream": self._lane_stream.copy()}
+        for prefix, part in self._parts():
+            state.update({f"{prefix}/{k}": v for k, v in part.state_dict().items()})
+        return state
+
+    @classmethod
+    def from_state(
+        cls,
+        engine: Engine,
+        state: Mapping[str, Any],
+        windows: WindowConfig | None = None,
+        alerts: AlertConfig | None = None,
+        detector: DetectorConfig | None = None,
+    ) -> "Monitor":
+        """Resume from ``state_dict()``; ValueError for a model with other inputs (channels, window, ...).
+
+        ``windows``/``alerts``/``detector`` default to the saved settings. A model with the same inputs but other
+        weights keeps everything but the model signals, which it relearns, as ``swap_engine`` does; other detector
+        settings keep the windows and scales and restart the detector.
+        """
+        def part(prefix: str) -> dict[str, Any]:
+            return {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + "/")}
+
+        config = json.loads(str(np.asarray(state["monitor/config"])))
+        saved_detector = DetectorConfig.from_dict(config["detector"])
+        store = WindowStore.from_state(engine.card, part("windows"), windows)
+        monitor = cls(engine, store.config, alerts or AlertConfig(**config["alerts"]), detector or saved_detector)
+        monitor._store = store
+        monitor._names = list(config["names"])
+        monitor._index = {name: i for i, name in enumerate(monitor._names)}
+        monitor._lane_stream = np.asarray(state["monitor/lane_stream"], dtype=np.int64)
+        monitor._seen = np.full(len(monitor._names), time.time())  # silence is counted from the restore
+        monitor._tracker = AlertTracker.from_state(part("tracker"))
+        monitor._tracker.config = monitor.alert_config
+        lanes, streams = store.n_streams, len(monitor._names)
+        if monitor._lane_stream.shape != (lanes,) or monitor._tracker.n_streams != streams:
+            raise ValueError(f"monitor state is inconsistent: {lanes} lanes mapped by {monitor._lane_stream.shape}, "
+                             f"{streams} streams, {monitor._tracker.n_streams} alert rows")  # fmt: skip
+        if monitor._scaler is not None:
+            saved = part("scaler")
+            monitor._scaler = StreamScaler.from_state(saved) if saved else monitor._new_scaler(lanes)
+        monitor._steps = monitor._new_step_engine(engine)
+        same_model = config["sha256"] == engine.sha256 and config["card"] == engine.card.to_json()
+        if monitor.detector_config != saved_detector:
+            log.info("resuming with other detector settings: kept the windows of %d streams; scores restart", streams)
+            monitor._detector = monitor._new_detector(streams, lanes)
+        elif same_model:
+            monitor._detector.load_state(part("detector"))
+            if monitor._steps is not None:
+                monitor._steps.load_state(part("steps"), lanes)
+        else:  # the state of another model with the same inputs: handed over as by a hot swap
+            monitor._detector.load_state(part("detector"))
+            relearnt = monitor._relearn_detector()
+            log.info("resuming with another model (%s): kept the windows, scales and alert state of %d streams; "
+                     "relearnt the model signals of %d lanes", engine.card.name, streams, relearnt)  # fmt: skip
+        monitor._counters.update(config["counters"])
+        return monitor

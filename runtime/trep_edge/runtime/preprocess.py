@@ -1,0 +1,213 @@
+"""Input preprocessing shared by training and the runtime: plausibility, differencing, card normalisation, per-stream
+scaling."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trep_edge.runtime.model_card import ModelCard
+from trep_edge.runtime.scoring import StreamState
+
+def difference(x: np.ndarray, order: int) -> np.ndarray:
+    """Difference ``order`` times along the time axis (axis −2 of ``[..., T, C]``), NaN-filling the first steps.
+
+    Keeping the length lets labels and timestamps stay aligned with the differenced series.
+    """
+    out = np.asarray(x, dtype=np.float32)
+    for _ in range(order):
+        shifted = np.full_like(out, np.nan)
+        shifted[..., 1:, :] = out[..., 1:, :] - out[..., :-1, :]
+        out = shifted
+    return out
+
+
+def forward_fill(
+    x: np.ndarray,
+    limit: int,
+    barrier: np.ndarray | None = None,
+    age: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Carry each channel's last observed value forward over at most ``limit`` missing steps (``[T, C]``).
+
+    Bedside vitals are charted at different rates (temperature every few hours, heart rate hourly); the model
+    masks a step if any channel is missing, so without a bounded carry-forward most ICU steps could not be scored.
+    Rows flagged in ``barrier`` start a new sequence: nothing is carried across them, and their own value (NaN or
+    not) is the carried value with age ``age`` (steps since it was observed) — the streaming runtime uses such a
+    row to hand each stream's carry-over into one vectorised call over many streams. Returns the filled values,
+    and for every row the carried value and its age (so the last row gives the carry-over for the next call).
+    """
+    values = np.asarray(x, dtype=np.float32)
+    n, c = values.shape
+    rows = np.arange(n)
+    is_barrier = np.zeros(n, dtype=bool) if barrier is None else np.asarray(barrier, dtype=bool)
+    start_age = np.zeros((n, c), dtype=np.float64) if age is None else np.asarray(age, dtype=np.float64)
+    observed = ~np.isnan(values) | is_barrier[:, None]
+    source = np.maximum.accumulate(np.where(observed, rows[:, None], 0), axis=0)
+    cols = np.arange(c)[None, :]
+    carried = values[source, cols]
+    carried_age = (rows[:, None] - source) + start_age[source, cols]
+    fill = np.isnan(values) & (carried_age <= limit)
+    return np.where(fill, carried, values), carried, carried_age
+
+
+@dataclass
+class Normalisation:
+    """Per-channel ``(x − mean) / std`` with statistics of the training data."""
+
+    mean: np.ndarray
+    std: np.ndarray
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        """Normalise ``[..., C]`` values (NaN stays NaN)."""
+        return ((np.asarray(x, dtype=np.float32) - self.mean) / self.std).astype(np.float32)
+
+    def to_dict(self) -> dict:
+        """JSON form for the model card."""
+        return {"mean": [float(v) for v in self.mean], "std": [float(v) for v in self.std]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Normalisation":
+        """Read the model card's form."""
+        return cls(np.asarray(data["mean"], dtype=np.float32), np.asarray(data["std"], dtype=np.float32))
+
+
+def fit_normalisation(x: np.ndarray) -> Normalisation:
+    """Per-channel NaN-aware mean and std over every axis but the last; a constant channel gets std 1."""
+    flat = np.asarray(x, dtype=np.float64).reshape(-1, x.shape[-1])
+    observed = ~np.isnan(flat)
+    if not observed.any(axis=0).all():
+        empty = np.flatnonzero(~observed.any(axis=0)).tolist()
+        raise ValueError(f"channel(s) {empty} have no observed value: drop them or choose other channels")
+    mean = np.nanmean(flat, axis=0)
+    std = np.nanstd(flat, axis=0)
+    std = np.where(std > 1e-8, std, 1.0)
+    return Normalisation(mean.astype(np.float32), std.astype(np.float32))
+
+
+def robust_location_scale(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """NaN-aware median and robust scale of each row of ``[n, T]``: IQR/1.349, else MAD·1.4826, else std.
+
+    A row without spread (a constant warm-up) gets 1 % of its level, at least 1e-3, so a later change is large
+    but finite; a row with no value gets location 0 and scale 1.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    n = x.shape[0]
+    loc, scale = np.zeros(n), np.ones(n)
+    seen = ~np.isnan(x).all(axis=1)
+    if not seen.any():
+        return loc, scale
+    xs = x[seen]
+    med = np.nanmedian(xs, axis=1)
+    q75, q25 = np.nanpercentile(xs, [75, 25], axis=1)
+    spread = (q75 - q25) / 1.349
+    mad = np.nanmedian(np.abs(xs - med[:, None]), axis=1) * 1.4826
+    std = np.nanstd(xs, axis=1)
+    fallback = np.maximum(np.abs(med) * 0.01, 1e-3)
+    spread = np.where(spread > 0, spread, np.where(mad > 0, mad, np.where(std > 0, std, fallback)))
+    loc[seen], scale[seen] = med, spread
+    return loc, scale
+
+
+class StreamScaler(StreamState):
+    """Per-lane location and scale learned online, for models whose card says ``scaling = "stream"``.
+
+    A lane's first ``warmup`` readings set its location and scale robustly (``robust_location_scale`` of its window,
+    recomputed at each of them); afterwards both follow the readings slowly (exponential, weight ``1/adapt``;
+    ``adapt = 0`` freezes them), skipping readings more than ``outlier`` scales away, so an anomaly never becomes
+    the stream's scale. ``apply`` maps values to ``(x − loc) / scale``, clipped to ±``clip``.
+    State: ``loc_``, ``scale_`` ``[S]`` float64, ``count_`` ``[S]`` readings seen.
+    """
+
+    def __init__(
+        self, warmup: int = 100, adapt: int = 10_000, outlier: float = 6.0, clip: float = 100.0, n_streams: int = 0
+    ) -> None:
+        if warmup < 2 or adapt < 0 or not outlier > 0 or not clip > 0:
+            raise ValueError(f"scaler needs warmup >= 2, adapt >= 0, outlier > 0, clip > 0; got {warmup}, {adapt}, "
+                             f"{outlier}, {clip}")  # fmt: skip
+        self.warmup, self.adapt, self.outlier, self.clip = int(warmup), int(adapt), float(outlier), float(clip)
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {"loc_": np.zeros(n), "scale_": np.ones(n), "count_": np.zeros(n, dtype=np.int64)}
+
+    def _config(self) -> dict[str, Any]:
+        return {"warmup": self.warmup, "adapt": self.adapt, "outlier": self.outlier, "clip": self.clip}
+
+    def update(self, idx: np.ndarray, windows: np.ndarray) -> None:
+        """Learn each selected lane's newest reading, the last step of its window ``[n, W]`` (NaN = missing)."""
+        windows = np.asarray(windows, dtype=np.float64)
+        x = windows[:, -1]
+        seen = np.isfinite(x)
+        count = self.count_[idx] + seen
+        early = seen & (count <= self.warmup)
+        if early.any():
+            rows = idx[early]
+            self.loc_[rows], self.scale_[rows] = robust_location_scale(windows[early])
+        late = seen & ~early & (self.adapt > 0)
+        if late.any():
+            rows, value = idx[late], x[late]
+            loc, scale = self.loc_[rows], self.scale_[rows]
+            inlier = np.abs(value - loc) <= self.outlier * scale
+            rows, value, loc, scale = rows[inlier], value[inlier], loc[inlier], scale[inlier]
+            r = 1.0 / self.adapt
+            self.loc_[rows] = loc + r * (value - loc)
+            # The scale follows the mean absolute deviation, scaled to σ for a Gaussian, robust to the clipped tail.
+            self.scale_[rows] = np.maximum(scale + r * (np.abs(value - loc) * math.sqrt(math.pi / 2) - scale),
+                                           1e-12)  # fmt: skip
+        self.count_[idx] = count
+
+    def apply(self, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """``values [n, ...]`` of the selected lanes, scaled with each lane's current location and scale."""
+        shape = (len(idx),) + (1,) * (np.ndim(values) - 1)
+        loc, scale = self.loc_[idx].reshape(shape), self.scale_[idx].reshape(shape)
+        return np.clip((np.asarray(values, dtype=np.float64) - loc) / scale, -self.clip, self.clip).astype(np.float32)
+
+
+def scale_windows(scaler: StreamScaler, rows: np.ndarray, windows: np.ndarray, learn: bool = True) -> np.ndarray:
+    """Learn the newest reading of windows ``[n, W, C]`` (lane ``rows[i * C + c]`` = window i, channel c), then scale.
+
+    The one place where a stream-scaled model's input is made, for the daemon's monitor and offline scoring alike.
+    ``learn=False`` scales without learning (readings learnt already, scored again by a swapped-in model).
+    """
+    n, w, c = windows.shape
+    flat = np.asarray(windows).transpose(0, 2, 1).reshape(n * c, w)
+    if learn:
+        scaler.update(rows, flat)
+    return scaler.apply(rows, flat).reshape(n, c, w).transpose(0, 2, 1)
+
+
+IMPLAUSIBLE_SCALES = 1e6
+"""A value further than this many of the card's training standard deviations from its training mean is no reading
+of the process: a unit slip or a corrupted register (heart rate 1e15), not a heart."""
+IMPLAUSIBLE_MAGNITUDE = 1e30
+"""Beyond this magnitude no sensor reading is plausible for any model, and float32 windows would overflow."""
+
+
+def plausible_bounds(card: ModelCard) -> tuple[np.ndarray, np.ndarray]:
+    """Per card channel, the lowest and highest plausible value: the card's declared ``ranges``, within
+    ``IMPLAUSIBLE_SCALES`` training standard deviations for a card-normalised, undifferenced model, within
+    ±``IMPLAUSIBLE_MAGNITUDE`` always. A channel-independent model's one channel bounds every channel it is applied to.
+
+    A value outside is treated as missing (and reported as a sensor fault) instead of being scored: one absurd value
+    in a window would otherwise dominate the model's input for a whole window length.
+    """
+    low = np.full(card.input_dims, -IMPLAUSIBLE_MAGNITUDE)
+    high = np.full(card.input_dims, IMPLAUSIBLE_MAGNITUDE)
+    if card.scaling == "card" and card.differencing == 0:
+        norm = Normalisation.from_dict(card.normalisation)
+        low = np.maximum(low, norm.mean - IMPLAUSIBLE_SCALES * norm.std)
+        high = np.minimum(high, norm.mean + IMPLAUSIBLE_SCALES * norm.std)
+    for c, name in enumerate(card.channels):
+        if name in card.ranges:
+            low[c], high[c] = max(low[c], card.ranges[name][0]), min(high[c], card.ranges[name][1])
+    return low, high
+
+
+def implausible(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Where finite ``values [..., C]`` lie outside ``[low, high]`` (``plausible_bounds``); NaN is never implausible."""
+    x = np.asarray(values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(x) & ((x < low) | (x > high))

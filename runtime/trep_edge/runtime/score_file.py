@@ -1,0 +1,159 @@
+"""``trep-edge score``: the daemon's scoring and alerting over a recorded file, written as a CSV and a PNG plot.
+
+The numbers come from the code the daemon's monitor runs: ``offline.encode_recording`` (the same windows, the same
+per-stream scaling, the same engine call), ``detector.Detector`` one reading at a time (``offline.detect_recording``)
+and ``alerts.AlertTracker`` (episodes), so replaying the same file through the daemon gives the same scores and the
+same alert episodes (tests/runtime/test_daemon_end_to_end.py). The file is one stream: rows are consecutive steps.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trep_edge.runtime.alerts import AlertConfig, AlertTracker
+from trep_edge.runtime.detector import DetectorConfig
+from trep_edge.runtime.engine import Engine
+from trep_edge.runtime.explain import Explanation
+from trep_edge.runtime.offline import detect_recording
+from trep_edge.runtime.replay import RecordedSeries
+
+
+@dataclass
+class FileScores:
+    """Per-step results over one recorded series; ``events`` are the alert episode changes (step, state, ...)."""
+
+    stream: str
+    channels: list[str]
+    values: np.ndarray  # [T, C] in the model's channel order (every channel of the file for an independent model)
+    raw: np.ndarray  # the paper's masked-vs-unmasked distance, summed over lanes
+    score: np.ndarray  # the detector's score (above the threshold exactly where it alerts)
+    surprise: np.ndarray  # the detector's surprise
+    threshold: float
+    alerts: np.ndarray  # the detector's decisions
+    warming: np.ndarray
+    channel: list[str]  # the channel behind each step's score ("" for a fixed-channel model)
+    events: list[tuple[int, str, str, str]]  # (step, state, severity, alert_id)
+    labels: np.ndarray | None
+    # step -> the explanation of the raised or updated episode at that step, as the daemon publishes it
+    explanations: dict[int, Explanation]
+
+
+def model_inputs(engine: Engine, series: RecordedSeries) -> tuple[list[str], np.ndarray]:
+    """The channels the model scores and their columns: the card's, in its order; every column of the file for a
+    channel-independent model. A channel the data lacks is an error."""
+    if engine.card.channel_mode == "independent":
+        return list(series.channels), series.values
+    missing = [c for c in engine.card.channels if c not in series.channels]
+    if missing:
+        raise ValueError(f"the data has no column(s) {missing} for the model's channels {engine.card.channels}; "
+                         f"it has {series.channels} (rename with --rename DATA=MODEL)")  # fmt: skip
+    return list(engine.card.channels), series.values[:, [series.channels.index(c) for c in engine.card.channels]]
+
+
+def score_recording(
+    engine: Engine,
+    series: RecordedSeries,
+    alerts: AlertConfig = AlertConfig(),
+    detector: DetectorConfig = DetectorConfig(),
+) -> FileScores:
+    """Score every step of a recording as the daemon's monitor would (module docstring)."""
+    channels, values = model_inputs(engine, series)
+    detection = detect_recording(engine, values, detector, explain_channels=channels if alerts.explain else None)
+    tracker = AlertTracker(alerts, n_streams=1)
+    one = np.zeros(1, dtype=np.int64)
+    events = []
+    for t in range(len(values)):
+        score = np.nan if detection.warming[t] else detection.surprise[t]
+        for e in tracker.step(one, np.array([score]), np.array([detector.threshold]), detection.alerts[t : t + 1]):
+            events.append((t, e.state, e.severity, e.alert_id(series.stream)))
+    independent = engine.card.channel_mode == "independent"
+    lane_channel = [channels[k] if independent and k >= 0 else "" for k in detection.lane.tolist()]
+    explanations = {t: detection.explanations[t] for t, state, _, _ in events
+                    if state != "cleared" and alerts.explain}  # fmt: skip
+    return FileScores(series.stream, channels, values, detection.raw, detection.score, detection.surprise,
+                      detector.threshold,
+                      detection.alerts, detection.warming, lane_channel, events, series.labels,
+                      explanations)  # fmt: skip
+
+
+def write_csv(result: FileScores, path: str | Path) -> None:
+    """One row per step: step, channel values, raw, score, surprise, threshold, alert, warming, channel, event,
+    severity, alert_id, explanation (the alert message's, as JSON), label."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    events = {step: (state, severity, alert_id) for step, state, severity, alert_id in result.events}
+
+    def num(v: float) -> str:
+        return "" if not math.isfinite(v) else repr(float(v))
+
+    with open(path, "w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(["step", *result.channels, "raw", "score", "surprise", "threshold", "alert", "warming", "channel",
+                      "event", "severity", "alert_id", "explanation", "label"])  # fmt: skip
+        for t in range(len(result.raw)):
+            state, severity, alert_id = events.get(t, ("", "", ""))
+            label = "" if result.labels is None else int(result.labels[t])
+            why = result.explanations.get(t)
+            explanation = "" if why is None else json.dumps(why.to_dict())
+            out.writerow([t, *(num(v) for v in result.values[t]), num(result.raw[t]), num(result.score[t]),
+                          num(result.surprise[t]), num(result.threshold), int(result.alerts[t]), int(result.warming[t]), result.channel[t],
+                          state, severity, alert_id, explanation, label])  # fmt: skip
+
+
+def _spans(mask: np.ndarray) -> list[tuple[int, int]]:
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
+
+
+def write_plot(result: FileScores, path: str | Path, title: str = "", step_hours: float | None = None) -> None:
+    """Signal, detector score with threshold, detector alerts, alert episodes and labelled anomalies.
+
+    step_hours: hours per step, to draw time in hours (e.g. 1.0 for PhysioNet's hourly rows) instead of steps.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    steps = np.arange(len(result.raw)) * (step_hours or 1.0)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(14, 6), sharex=True, constrained_layout=True)
+    for c, name in enumerate(result.channels):
+        column = result.values[:, c]
+        (line,) = top.plot(steps, column, lw=0.7, label=name)
+        # A line needs two neighbouring readings: sparse readings (e.g. hourly vitals with gaps) get markers.
+        finite = np.isfinite(column)
+        neighbour = np.zeros_like(finite)
+        neighbour[1:] |= finite[:-1]
+        neighbour[:-1] |= finite[1:]
+        lone = finite & ~neighbour
+        top.plot(steps[lone], column[lone], ".", ms=4, color=line.get_color())
+    top.set_ylabel("signal")
+    bottom.plot(steps, result.score, lw=0.7, color="tab:blue", label="score (surprise)")
+    bottom.axhline(result.threshold, lw=1.0, color="tab:red", ls="--", label="threshold")
+    hits = np.flatnonzero(result.alerts)
+    bottom.scatter(steps[hits], result.score[hits], color="tab:red", s=18, zorder=3, label="detector alert")
+    bottom.set_ylabel("score")
+    bottom.set_xlabel("hours" if step_hours else "step")
+    # A few-step anomaly in a long series would be thinner than a pixel: draw spans at least 0.3 % wide.
+    unit = step_hours or 1.0
+    pad = max(0.0, (0.003 * len(steps) - 1) / 2)
+    for ax in (top, bottom):
+        if result.labels is not None:
+            for k, (a, b) in enumerate(_spans(result.labels)):
+                ax.axvspan((a - pad) * unit, (b + pad) * unit, color="orange", alpha=0.35,
+                           label="labelled anomaly" if k == 0 else None)  # fmt: skip
+        for step, state, _, _ in result.events:
+            if state == "raised":
+                ax.axvline(step * unit, color="crimson", lw=0.8, alpha=0.8)
+    top.legend(loc="upper right", fontsize=8)
+    bottom.legend(loc="upper right", fontsize=8)
+    top.set_title(title or f"{result.stream}: red lines = alert episodes raised")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

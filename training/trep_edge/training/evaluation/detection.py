@@ -1,0 +1,261 @@
+"""``trep-edge eval detect``: the streaming-detection benchmark — this product's detector beside real peers.
+
+Every detector starts cold on each stream and sees only the readings before the one it scores; no detector sees a
+label. Peers, each with the committed alert rule its own documentation or the paper gives:
+
+- ``rolling_z``: the largest |z| over channels of the reading against the previous 100 readings; alerts at 4.
+- ``hst``: River's ``HalfSpaceTrees`` with its default trees (10, height 8, window 250) on online min-max scaled
+  readings (``preprocessing.MinMaxScaler``, as River's docs pair them); alerts at μ + 4σ of the probation part's
+  scores (its scores crowd near 1 on scaled sensor data, so a fixed cut such as 0.9 alerts on almost every reading).
+- ``stumpi``: a causal matrix-profile discord score (``stumpy.stumpi``, subsequence 32, egress so the cost stays
+  linear), the largest channel's distance; alerts at μ + 4σ of the probation part's scores.
+- ``paper``: T-Rep's protocol as published — masked-vs-unmasked L1, adjusted by the mean of the previous 21, μ + 4σ
+  of the probation part's adjusted scores, the delay-7 rule — with the same model as ``trep``.
+- ``trep``: this product's detector (``runtime/trep_edge/runtime/detector.py``) through ``offline.detect_recording``, the code
+  ``trep-edge score`` and the daemon run; ``trep:NAME`` rows are ablations (``--ablations``).
+- ``trep:per-stream``: the same detector, each synthetic and UCR stream with its own model trained on its probation
+  part only (``--per-stream-train``, ``detection_per_stream``); ``trep:per-stream:NAME`` its ablations.
+
+Metrics: ``detection_metrics`` (NAB at the committed alerts and at the corpus-tuned threshold, event F1, delay,
+false alarms per 1,000 rows, UCR top-1) and point-adjusted F1 with delay 7 (``training.evaluation.point_adjusted``).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from trep_edge.runtime.detector import DetectorConfig
+from trep_edge.runtime.engine import Engine, load_engine
+from trep_edge.training.evaluation.point_adjusted import point_adjust_f1
+from trep_edge.runtime.offline import RecordingFeatures, detect_recording, encode_recording
+from trep_edge.runtime.scoring import adjust_scores, calibrate, detect, threshold
+
+from trep_edge.training.evaluation import detection_metrics as dm
+from trep_edge.training.evaluation.detection_corpus import Stream, corpus
+
+Output = tuple[np.ndarray, np.ndarray]  # score [T], committed alerts [T]
+PEERS = ("rolling_z", "hst", "stumpi", "paper")
+FEATURES_VERSION = b"2"  # bump when encode_recording's output changes for the same model and data (stale caches)
+
+
+def rolling_z(stream: Stream, window: int = 100, level: float = 4.0) -> Output:
+    """|z| of each reading against the previous ``window`` readings, largest over channels."""
+    x = stream.values
+    score = np.full(len(x), np.nan)
+    for t in range(window, len(x)):
+        past = x[t - window : t]
+        z = np.abs(x[t] - np.nanmean(past, axis=0)) / np.maximum(np.nanstd(past, axis=0), 1e-12)
+        score[t] = np.nanmax(z) if np.isfinite(z).any() else np.nan
+    return score, np.nan_to_num(score) >= level
+
+
+def hst(stream: Stream) -> Output:
+    """River's HalfSpaceTrees on min-max scaled readings (score before learning each one)."""
+    try:
+        from river import anomaly, compose, preprocessing
+    except ImportError:
+        raise SystemExit("the hst peer needs River: pip install 'trep-edge[bench]'") from None
+    model = compose.Pipeline(preprocessing.MinMaxScaler(), anomaly.HalfSpaceTrees(seed=0))
+    score = np.full(len(stream.values), np.nan)
+    for t, row in enumerate(stream.values):
+        sample = {f"c{c}": float(v) for c, v in enumerate(row) if math.isfinite(v)}
+        if sample:
+            score[t] = model.score_one(sample)
+            model.learn_one(sample)
+    return score, _mu_sigma_alerts(score, 4.0, 0)
+
+
+def stumpi(stream: Stream, m: int = 32) -> Output:
+    """Causal matrix-profile discord distance of each new subsequence, largest over channels."""
+    try:
+        import stumpy
+    except ImportError:
+        raise SystemExit("the stumpi peer needs stumpy: pip install 'trep-edge[bench]'") from None
+    t_len, channels = stream.values.shape
+    score = np.full(t_len, np.nan)
+    start = max(4 * m, 1)
+    for c in range(channels):
+        x = np.nan_to_num(stream.values[:, c], nan=float(np.nanmedian(stream.values[:, c])))
+        if t_len <= start:
+            continue
+        profile = stumpy.stumpi(x[:start], m=m, egress=True)
+        column = np.full(t_len, np.nan)
+        for t in range(start, t_len):
+            profile.update(x[t])  # egress: the profile keeps its initial length, so each update costs the same
+            column[t] = profile.P_[-1]
+        score = np.fmax(score, np.where(np.isfinite(column), column, np.nan))
+    return score, _mu_sigma_alerts(score, 4.0, 0)
+
+
+def _mu_sigma_alerts(score: np.ndarray, beta: float, delay: int) -> np.ndarray:
+    """Alerts at μ + β σ of the probation part's finite scores, with the paper's delay rule."""
+    head = score[: dm.probation(len(score))]
+    head = head[np.isfinite(head)]
+    if head.size < 2:
+        return np.zeros(len(score), dtype=bool)
+    return detect(np.nan_to_num(score, nan=-np.inf), float(head.mean() + beta * head.std()), delay)
+
+
+def paper(features: RecordingFeatures) -> Output:
+    """T-Rep's published protocol on the model's raw distances (module docstring)."""
+    raw = features.raw
+    adjusted = adjust_scores(np.where(np.isfinite(raw), raw, np.nan), z=21)
+    head = adjusted[: dm.probation(len(raw))]
+    if np.isfinite(head).sum() < 2:
+        return adjusted, np.zeros(len(raw), dtype=bool)
+    cut = threshold(calibrate(head), 4.0)
+    return adjusted, detect(np.nan_to_num(adjusted, nan=-np.inf), cut, 7)
+
+
+class Features:
+    """The model's features of each stream, computed once per (model, stream) and cached on disk."""
+
+    def __init__(self, cache: Path) -> None:
+        self.cache = cache
+
+    def get(self, engine: Engine, stream: Stream) -> RecordingFeatures:
+        """Cached ``encode_recording`` of the stream (the cache key is the model's sha256 and the stream's data)."""
+        key = hashlib.sha256(FEATURES_VERSION + engine.sha256.encode() + stream.values.tobytes()).hexdigest()[:24]
+        path = self.cache / f"{key}.npz"
+        if path.is_file():
+            return RecordingFeatures.load(path)
+        features = encode_recording(engine, stream.values)
+        self.cache.mkdir(parents=True, exist_ok=True)
+        features.save(path)
+        return features
+
+
+def summarise(outputs: list[Output], streams: list[Stream]) -> dict[str, float]:
+    """Every metric of one detector over a set of streams."""
+    scores, alerts = [o[0] for o in outputs], [o[1] for o in outputs]
+    events = [s.events for s in streams]
+    row = {f"nab_{p}": dm.nab_score(alerts, events, p) for p in dm.PROFILES}
+    row["nab_tuned"], row["tuned_threshold"] = dm.tuned_nab(scores, events)
+    row.update({k: v for k, v in dm.event_f1(alerts, events).items()})
+    row["fa_per_1k"] = dm.false_alarms_per_1000(alerts, events)
+    row["probation_alerts"] = dm.probation_alerts(alerts)
+    labelled = [(a, s) for a, s in zip(alerts, streams) if s.events]
+    pa = [point_adjust_f1(a, _labels(s), 7) for a, s in labelled]
+    tp, fp, fn = (sum(r[k] for r in pa) for k in ("tp", "fp", "fn"))
+    row["pa_f1_7"] = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+    ucr = [(o[0], s) for o, s in zip(outputs, streams) if s.category == "ucr"]
+    if ucr:
+        row["ucr_top1"] = sum(dm.ucr_top1(sc, s.test_start, s.events[0]) for sc, s in ucr) / len(ucr)
+    return row
+
+
+def _labels(stream: Stream) -> np.ndarray:
+    labels = np.zeros(len(stream.values), dtype=bool)
+    for a, b in stream.events:
+        labels[a : b + 1] = True
+    return labels
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Score every stream with every detector; return the results (and write them)."""
+    started = time.perf_counter()
+    streams = corpus(args.data_root, args.quick)
+    features = Features(Path(args.cache).expanduser())
+    general = load_engine(args.model, "cpu")
+    icu = load_engine(args.icu_model, "cpu")
+    variants = {"trep": ""} | dict(v.split(":", 1) for v in (args.ablations or []))
+    detectors: dict[str, Callable[[Stream], Output]] = {}
+    for name, spec in variants.items():
+        config = DetectorConfig().with_overrides(spec)
+        label = name if name == "trep" else f"trep:{name}"
+        detectors[label] = lambda s, c=config: _trep(s, c, general, icu, features)
+    scope: dict[str, tuple[str, ...]] = {}  # detectors run on some categories only
+    notes: dict[str, str] = {}
+    per_stream = None
+    if getattr(args, "per_stream_train", False):
+        from trep_edge.training.evaluation import detection_per_stream as ps
+
+        per_stream = ps.PerStreamModels(Path(args.per_stream_cache).expanduser(), args.per_stream_threads)
+        extra = dict(v.split(":", 1) for v in (getattr(args, "per_stream_ablations", None) or []))
+        for name, spec in ({"": ""} | extra).items():
+            label = "trep:per-stream" + (f":{name}" if name else "")
+            config = DetectorConfig().with_overrides(spec)
+            detectors[label] = lambda s, c=config: _trep_per_stream(s, c, per_stream, features)
+            scope[label], notes[label] = ps.CATEGORIES, ps.NOTE
+    chosen = [p for p in (PEERS if args.peers is None else args.peers.split(",")) if p]
+    peers = {"rolling_z": rolling_z, "hst": hst, "stumpi": stumpi,
+             "paper": lambda s: paper(features.get(_engine_for(s, general, icu), s))}  # fmt: skip
+    detectors.update({p: peers[p] for p in chosen})
+    results: dict[str, dict] = {"command": args.command, "quick": args.quick, "model": str(args.model),
+                                "icu_model": str(args.icu_model), "rows": {}, "seconds": {},
+                                "notes": notes}  # fmt: skip
+    categories = sorted({s.category for s in streams})
+    # Every detector also gets a row over each partial scope's categories, so a partial row has peers to stand by.
+    groups = {"overall": categories} | {"+".join(c): [x for x in categories if x in c] for c in set(scope.values())}
+    groups |= {cat: [cat] for cat in categories}
+    for name, fn in detectors.items():
+        began = time.perf_counter()
+        covered = scope.get(name, categories)
+        outputs = [fn(s) if s.category in covered else None for s in streams]
+        results["seconds"][name] = time.perf_counter() - began
+        rows = {}
+        for group, cats in groups.items():
+            pick = [k for k, s in enumerate(streams) if s.category in cats]
+            if pick and all(outputs[k] is not None for k in pick):
+                rows[group] = summarise([outputs[k] for k in pick], [streams[k] for k in pick])
+        results["rows"][name] = rows
+        shown = "overall" if name not in scope else "+".join(scope[name])
+        print(json.dumps({name: rows.get(shown)}, default=float), flush=True)
+    if per_stream is not None:
+        results["per_stream"] = per_stream.info
+    results["wall_seconds"] = time.perf_counter() - started
+    results["streams"] = {cat: sum(s.category == cat for s in streams) for cat in categories}
+    out = Path(args.out or "bench/results/detection.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=float))
+    if args.table:
+        Path(args.table).write_text(markdown(results))
+    return results
+
+
+def _engine_for(stream: Stream, general: Engine, icu: Engine) -> Engine:
+    return icu if stream.category == "sepsis" else general
+
+
+def _trep(stream: Stream, config: DetectorConfig, general: Engine, icu: Engine, features: Features) -> Output:
+    engine = _engine_for(stream, general, icu)
+    det = detect_recording(engine, stream.values, config, features.get(engine, stream))
+    return det.score, det.alerts
+
+
+def _trep_per_stream(stream: Stream, config: DetectorConfig, models, features: Features) -> Output:
+    """The product's detector with the stream's own model (``detection_per_stream``)."""
+    engine = models.engine(stream)
+    det = detect_recording(engine, stream.values, config, features.get(engine, stream))
+    return det.score, det.alerts
+
+
+def markdown(results: dict) -> str:
+    """One table per category and overall: a row per detector."""
+    cols = [("nab_standard", "NAB std"), ("nab_reward_low_FP", "low FP"), ("nab_reward_low_FN", "low FN"),
+            ("nab_tuned", "NAB std tuned"), ("f1", "event F1"), ("mean_delay", "delay"), ("fa_per_1k", "FA/1k"),
+            ("pa_f1_7", "PA-F1@7"), ("ucr_top1", "UCR top-1"), ("probation_alerts", "probation alerts")]  # fmt: skip
+    lines = [f"Command: `{results['command']}` — wall time {results['wall_seconds']:.0f} s; streams "
+             f"{results['streams']}; model `{results['model']}` (sepsis: `{results['icu_model']}`).", ""]  # fmt: skip
+    notes = results.get("notes") or {}
+    lines += [f"- `{name}`: {note}" for name, note in notes.items()] + [""] * bool(notes)
+    sections = ["overall"] + sorted(set().union(*(r.keys() for r in results["rows"].values())) - {"overall"})
+    for section in sections:
+        lines += [f"**{section}**", "", "| detector | " + " | ".join(c[1] for c in cols) + " | seconds |",
+                  "|---" * (len(cols) + 2) + "|"]  # fmt: skip
+        for name, rows in results["rows"].items():
+            if section not in rows:
+                continue  # a detector that does not run on every stream of this section (results["notes"])
+            row = rows[section]
+            cells = [f"{row[k]:.3g}" if isinstance(row.get(k), float) and math.isfinite(row[k]) else
+                     ("" if k not in row else str(row[k])) for k, _ in cols]  # fmt: skip
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {results['seconds'][name]:.0f} |")
+        lines.append("")
+    return "\n".join(lines)
