@@ -18,8 +18,8 @@ import time
 import numpy as np
 
 from trep_edge.datasets.paths import resolve
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.preprocess import Normalisation
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.core.preprocess import Normalisation
 from trep_edge.training.evaluation.sepsis_stream import evaluate, load_stream_cohort
 
 MODELS = ("models/icu-vitals.onnx", "models/icu-vitals-causal.onnx")

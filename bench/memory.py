@@ -34,7 +34,7 @@ resident), so what the readings inside the window are does not change the memory
 point both ways to show it (the JSON's ``fill_check``; the engine's arena varies by tens of MiB from run to run).
 
 Stream registration: each new lane appends a row to every per-stream array. While ``StreamState.add_streams``
-(runtime/trep_edge/runtime/scoring.py) appended with ``np.concatenate``, every new stream copied all existing streams' state (the
+(runtime/trep_edge/runtime/core/scoring.py) appended with ``np.concatenate``, every new stream copied all existing streams' state (the
 16 KiB representation ring of each): 5,000 streams took about 100 s to register and 20,000 would have taken
 about 30 min. With buffers that grow by doubling (since commit 88a98f7) it is amortised O(1) per stream, and a
 growth step holds the old and the new buffer for a moment (the register peak). The ``register s`` column shows
@@ -125,10 +125,10 @@ def fill_steps(window: int, fill: str) -> list[int]:
 # -- worker: one (model, N) point in its own process -----------------------------------------------------------------
 def worker(case: dict[str, Any]) -> dict[str, Any]:
     """Measure one point: load, register N streams, score them, checkpoint; memory after each phase."""
-    from trep_edge.runtime.engine import load_engine
-    from trep_edge.runtime.monitor import Monitor
-    from trep_edge.runtime.payloads import Reading
-    from trep_edge.runtime.windows import WindowConfig
+    from trep_edge.runtime.core.engine import load_engine
+    from trep_edge.runtime.core.monitor import Monitor
+    from trep_edge.runtime.core.reading import Reading
+    from trep_edge.runtime.core.windows import WindowConfig
 
     began = time.perf_counter()
     engine = load_engine(case["model"], "cpu")  # the daemon's loader; engine selection "auto" as shipped
@@ -313,7 +313,7 @@ def capacity(summary: dict[str, Any], limit_mib: float, headroom: float, tick_la
 
     ``tick_lanes`` None: every stream scored in the same tick, by the measured overall peak line (worst case).
     Otherwise the daemon's case (``daemon_peak_mib``): a tick takes in at most ``tick_max_messages`` messages
-    (``runtime/trep_edge/runtime/daemon.py``), so at most that many lanes are scored at once with one reading per message.
+    (``runtime/trep_edge/runtime/service/daemon.py``), so at most that many lanes are scored at once with one reading per message.
     """
     peak = summary.get("peak")
     if not peak or not summary.get("rss") or not summary.get("checkpoint_peak") or peak["per_1000"] <= 0:

@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from trep_edge.local_broker import MOSQUITTO, free_port, wait_port
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.replay import Publisher, RecordedSeries, replay
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.service.replay import Publisher, RecordedSeries, replay
 
 TOPIC = "icu/{bed}/vitals"
 PAGE = os.sysconf("SC_PAGE_SIZE")

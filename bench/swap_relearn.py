@@ -33,12 +33,12 @@ import numpy as np
 
 from trep_edge.datasets.paths import resolve
 from trep_edge.datasets.physionet import VITALS, iter_patients
-from trep_edge.runtime.detector import DetectorConfig
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.model_card import METADATA_KEY, ModelCard
-from trep_edge.runtime.monitor import Monitor
-from trep_edge.runtime.payloads import Reading
-from trep_edge.runtime.windows import WindowConfig
+from trep_edge.runtime.core.detector import DetectorConfig
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.core.model_card import METADATA_KEY, ModelCard
+from trep_edge.runtime.core.monitor import Monitor
+from trep_edge.runtime.core.reading import Reading
+from trep_edge.runtime.core.windows import WindowConfig
 
 HOUR = 3600.0
 HANDOVERS = ("restart", "keep", "relearn-0", "relearn-16", "relearn-32", "relearn-48")

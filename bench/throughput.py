@@ -6,7 +6,7 @@ Rows: (1) the reference protocol, PyTorch eager, each reading's two windows enco
 torch thread; the baseline); (2) onnxruntime, full graph, all streams and both mask variants in one run per tick;
 (3) onnxruntime, the pruned ``last_step`` graph, same batching, and ``pruned_pair`` (each window once, the masked
 twin sharing all but the positions the masked step reaches); (4) the incremental causal ``step`` engine
-(runtime/trep_edge/runtime/step_engine.py), one step per stream per tick, when the causal variant can be exported. Each row is
+(runtime/trep_edge/runtime/core/step_engine.py), one step per stream per tick, when the causal variant can be exported. Each row is
 reported for 1, 100 and 1000 streams as scored readings/s, ms per tick (mean, p99), peak RSS of its own
 process, per-stream state bytes, its ratio to the baseline, and the fraction of this machine's peak FLOP/s
 (measured here with a large float32 matrix product; FLOPs per reading counted from the layer shapes and the
@@ -21,7 +21,7 @@ Writes bench/results/throughput.json and bench/results/throughput.png (throughpu
 
     flock /tmp/trep-heavy.lock nice -n 5 python bench/throughput.py --explain
 
-measures instead what alert explanations (runtime/trep_edge/runtime/explain.py, ``[alerts] explain``) cost the daemon's whole tick
+measures instead what alert explanations (runtime/trep_edge/runtime/core/explain.py, ``[alerts] explain``) cost the daemon's whole tick
 (``Monitor.tick``: windows, the selected engine, detector, episodes) at ``--streams`` streams of 7 synthetic vitals
 channels, for both shipped model families (models/icu-vitals.onnx: fixed-channel, occlusion; models/general.onnx:
 channel-independent, no extra work), each in three modes: ``off``, ``on`` (a level shift in one channel of every
@@ -78,7 +78,7 @@ def paper_encoder(causal: bool):
 
 def export_models(folder: Path, series: np.ndarray) -> dict[str, str]:
     """Export the standard model and, when the causal variant exists, the causal one; return their paths."""
-    from trep_edge.runtime.model_card import Scoring
+    from trep_edge.runtime.core.model_card import Scoring
     from trep_edge.training.export import build_card, export_encoder
 
     meta = {"channels": ["value"], "normalisation": {"mean": [0.0], "std": [1.0]}, "differencing": 0}
@@ -205,7 +205,7 @@ def _engine(case: dict) -> tuple[list[float], int, int]:
         return _baseline(case, windows, offsets)
     if engine_name == "step":
         return _step(case, series, offsets)
-    from trep_edge.runtime.engine import load_engine
+    from trep_edge.runtime.core.engine import load_engine
 
     engine = load_engine(case["model"], "cpu", engine=engine_name)
 
@@ -219,7 +219,7 @@ def _baseline(case: dict, windows: np.ndarray, offsets: np.ndarray) -> tuple[lis
     """The reference protocol on a bounded number of readings: two batch-1 eager forwards per reading."""
     import torch
 
-    from trep_edge.runtime.time_index import time_index
+    from trep_edge.runtime.core.time_index import time_index
     from trep_edge.training.export import weights_sha256
 
     # One thread: at batch 1 the convolutions are too small to split, and with two threads the OpenMP hand-offs
@@ -247,11 +247,11 @@ def _baseline(case: dict, windows: np.ndarray, offsets: np.ndarray) -> tuple[lis
 
 def _monitor(case: dict) -> tuple[list[float], int, int]:
     """``Monitor.tick`` of every stream's next reading, with explanations as ``case["explain"]`` says."""
-    from trep_edge.runtime.alerts import AlertConfig
-    from trep_edge.runtime.engine import load_engine
-    from trep_edge.runtime.monitor import Monitor
-    from trep_edge.runtime.payloads import Reading
-    from trep_edge.runtime.windows import WindowConfig
+    from trep_edge.runtime.core.alerts import AlertConfig
+    from trep_edge.runtime.core.engine import load_engine
+    from trep_edge.runtime.core.monitor import Monitor
+    from trep_edge.runtime.core.reading import Reading
+    from trep_edge.runtime.core.windows import WindowConfig
 
     engine = load_engine(ROOT / "models" / f"{case['model']}.onnx", "cpu")
     streams, steps = case["streams"], WARM_STEPS + case["max_ticks"] + 1
@@ -299,8 +299,8 @@ def _monitor(case: dict) -> tuple[list[float], int, int]:
 
 def _step(case: dict, series: np.ndarray, offsets: np.ndarray) -> tuple[list[float], int, int]:
     """The incremental engine: state rebuilt from each stream's window, then one step per stream per tick."""
-    from trep_edge.runtime.engine import load_engine
-    from trep_edge.runtime.step_engine import StepEngine, StepGraph
+    from trep_edge.runtime.core.engine import load_engine
+    from trep_edge.runtime.core.step_engine import StepEngine, StepGraph
 
     engine = load_engine(case["model"], "cpu", engine="step")
     steps = StepEngine(StepGraph(engine.graphs["step"]), engine.card)
@@ -457,7 +457,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def _has_step(model: str) -> bool:
-    from trep_edge.runtime.engine import load_engine
+    from trep_edge.runtime.core.engine import load_engine
 
     return "step" in load_engine(model, "cpu", engine="full").graphs
 

@@ -15,9 +15,9 @@ import numpy as np
 
 from trep_edge.datasets.paths import resolve
 from trep_edge.datasets.physionet import iter_patients
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.offline import detector_prior, prepare
-from trep_edge.runtime.preprocess import Normalisation
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.core.offline import detector_prior, prepare
+from trep_edge.runtime.core.preprocess import Normalisation
 from trep_edge.training.data import load_training_data
 from trep_edge.training.export import write_card
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from trep_edge.runtime.engine import load_engine
+from trep_edge.runtime.core.engine import load_engine
 from trep_edge.training.export import write_card
 
 

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 
 from trep_edge.datasets.paths import data_root
-from trep_edge.runtime.engine import Engine, load_engine
-from trep_edge.runtime.model_card import Scoring
+from trep_edge.runtime.core.engine import Engine, load_engine
+from trep_edge.runtime.core.model_card import Scoring
 
 TINY = dict(repr_dims=16, hidden_dims=24, depth=3, time_embedding_dims=8, batch_size=8, max_train_length=256)
 UCR_135 = "UCR_Anomaly/135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
 
 
 def _export_tiny(x: np.ndarray, channels: list[str], out: Path, window: int, iterations: int, **config) -> Path:
-    from trep_edge.runtime.preprocess import fit_normalisation
+    from trep_edge.runtime.core.preprocess import fit_normalisation
     from trep_edge.training.config import TrainConfig
     from trep_edge.training.export import build_card, export_encoder
     from trep_edge.training.trainer import Trainer

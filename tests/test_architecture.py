@@ -116,7 +116,7 @@ ALL = module_names()
 
 
 def test_every_source_folder_is_found_and_every_package_is_listed_for_the_wheel():
-    assert {RUNTIME + ".daemon", TRAINING + ".export", TRAINING + ".evaluation.detection",
+    assert {RUNTIME + ".service.daemon", RUNTIME + ".core.monitor", TRAINING + ".export", TRAINING + ".evaluation.detection",
             "trep_edge.datasets.archive", "trep_edge.cli"} <= set(ALL)  # fmt: skip
     packages = {name for name, path in ALL.items() if path.name == "__init__.py"}
     folders = {name.rpartition(".")[0] for name, path in ALL.items() if path.name != "__init__.py"}
@@ -126,7 +126,7 @@ def test_every_source_folder_is_found_and_every_package_is_listed_for_the_wheel(
 
 
 def test_every_import_name_is_the_tail_of_its_file_path():
-    """``trep_edge.runtime.scoring`` is ``runtime/trep_edge/runtime/scoring.py``: grep and editors find a module by
+    """``trep_edge.runtime.core.scoring`` is ``runtime/trep_edge/runtime/core/scoring.py``: grep and editors find a module by
     its import name, with no mapping table to know."""
     for name, path in ALL.items():
         tail = Path(*name.split(".")) / ("__init__.py" if path.name == "__init__.py" else "")
@@ -135,7 +135,7 @@ def test_every_import_name_is_the_tail_of_its_file_path():
 
 
 def test_the_path_check_can_fail(tmp_path):
-    """The old layout (``runtime/scoring.py`` imported as ``trep_edge.runtime.scoring``) breaks the rule above."""
+    """The old layout (``runtime/scoring.py`` imported as ``trep_edge.runtime.core.scoring``) breaks the rule above."""
     (tmp_path / "runtime").mkdir()
     (tmp_path / "runtime" / "scoring.py").write_text("")
     (tmp_path / "pyproject.toml").write_text('[tool.setuptools.package-dir]\n"trep_edge.runtime" = "runtime"\n')
@@ -218,6 +218,37 @@ def test_module_imports_under_its_pyproject_name(name):
             pytest.skip(f"{name} needs {top}, an optional extra not installed here")
         raise
     assert Path(module.__file__).resolve() == ALL[name].resolve(), f"{name} imports from {module.__file__}"
+
+
+CORE, SERVICE = RUNTIME + ".core", RUNTIME + ".service"
+IMPURE = ("threading", "socket", "queue", "signal", "subprocess", "paho", "http", SERVICE)
+"""What the runtime's core never imports: threads, network, processes and the service shell around it."""
+
+
+def impure_imports(names: dict[str, Path], repo: Path = REPO) -> list[str]:
+    return [f"{path.relative_to(repo)}:{line} imports {target}"
+            for module, path in names.items() if _is_under(module, CORE)
+            for line, target in imported_names(path, module) if any(_is_under(target, bad) for bad in IMPURE)]  # fmt: skip
+
+
+def test_the_runtime_core_is_pure():
+    """The core (model file and card, preprocessing, stream state, engines, scoring, alert decision, monitor) runs
+    the same offline and in the daemon: it never imports threads, sockets or the service shell."""
+    assert sum(_is_under(name, CORE) for name in ALL) > 8 and sum(_is_under(name, SERVICE) for name in ALL) > 8
+    hits = impure_imports(ALL)
+    assert not hits, "keep the runtime core pure:\n" + "\n".join(hits)
+
+
+def test_the_purity_check_can_fail(tmp_path):
+    folder = tmp_path / "runtime" / "trep_edge" / "runtime"
+    (folder / "core").mkdir(parents=True)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.setuptools.package-dir]\n"trep_edge.runtime" = "runtime/trep_edge/runtime"\n')
+    (folder / "core" / "monitor.py").write_text(
+        "import threading\n\n\ndef f():\n    from trep_edge.runtime.service import daemon\n")
+    hits = impure_imports(module_names(tmp_path, ("runtime",)), tmp_path)
+    assert [hit.split(" imports ")[1] for hit in hits] == ["threading", "trep_edge.runtime.service",
+                                                             "trep_edge.runtime.service.daemon"]
 
 
 def test_runtime_modules_load_neither_torch_nor_training():

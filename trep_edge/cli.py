@@ -18,13 +18,13 @@ HANDLERS = {
     "demo": "trep_edge.demo:run_demo",
     "export": "trep_edge.training.commands:export",
     "eval": "trep_edge.training.evaluation.command:evaluate",
-    "run": "trep_edge.runtime.commands:run",
-    "replay": "trep_edge.runtime.commands:replay",
-    "score": "trep_edge.runtime.commands:score",
-    "doctor": "trep_edge.runtime.commands:doctor",
+    "run": "trep_edge.runtime.service.commands:run",
+    "replay": "trep_edge.runtime.service.commands:replay",
+    "score": "trep_edge.runtime.service.commands:score",
+    "doctor": "trep_edge.runtime.service.commands:doctor",
     "promote": "trep_edge.training.promote:promote_command",
     "rollback": "trep_edge.training.promote:rollback_command",
-    "reshard": "trep_edge.runtime.commands:reshard",
+    "reshard": "trep_edge.runtime.service.commands:reshard",
     "init": "trep_edge.init_config:init",
 }
 
@@ -143,7 +143,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
 
 def _run_parser(sub: argparse._SubParsersAction) -> None:
     try:
-        from trep_edge.runtime.config import add_config_flags
+        from trep_edge.runtime.service.config import add_config_flags
     except ModuleNotFoundError as exc:
         # Without onnxruntime the daemon's flags cannot be listed; `run` then only says what to install.
         hint = missing_extra_hint(exc)

@@ -126,9 +126,9 @@ def _report(verdict: Verdict, beds: int) -> None:
 
 def _plot_bed(series, model: Path, out_dir: Path) -> Path:
     """Score one bed offline with the daemon's arithmetic and draw it with time in hours."""
-    from trep_edge.runtime.config import load_config
-    from trep_edge.runtime.engine import load_engine
-    from trep_edge.runtime.score_file import score_recording, write_csv, write_plot
+    from trep_edge.runtime.service.config import load_config
+    from trep_edge.runtime.core.engine import load_engine
+    from trep_edge.runtime.service.score_file import score_recording, write_csv, write_plot
 
     config = load_config(None, {}, {})
     engine = load_engine(model, "cpu")
@@ -198,7 +198,7 @@ def run_demo(args: argparse.Namespace) -> int:
 def _run_icu(args: argparse.Namespace) -> int:
     """The ICU scenario (module docstring)."""
     from trep_edge.datasets.paths import resolve
-    from trep_edge.runtime.replay import load_series
+    from trep_edge.runtime.service.replay import load_series
 
     # Everything that can be missing is checked before any process starts.
     model = Path(args.model) if args.model else default_model()

@@ -15,8 +15,8 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from trep_edge.runtime.model_card import ModelCard
-from trep_edge.runtime.step_engine import StepEngine, StepGraph
+from trep_edge.runtime.core.model_card import ModelCard
+from trep_edge.runtime.core.step_engine import StepEngine, StepGraph
 from trep_edge.training.encoder import EncoderConfig, TRepEncoder, bounded_dilations
 from trep_edge.training.step_graph import step_graph
 

@@ -12,9 +12,9 @@ import numpy as np
 from broker import Broker, Collector, DaemonProcess, daemon_tables
 
 from trep_edge.local_broker import free_port
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.replay import RecordedSeries
-from trep_edge.runtime.score_file import FileScores, score_recording
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.service.replay import RecordedSeries
+from trep_edge.runtime.service.score_file import FileScores, score_recording
 
 TOPIC = "sensors/{stream}/telemetry"
 WINDOW = 64  # the univariate fixture model's window

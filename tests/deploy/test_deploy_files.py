@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from trep_edge.cli import build_parser
-from trep_edge.runtime.config import SECRET_KEYS, field_types, flag_overrides, load_config, section_class, section_names
+from trep_edge.runtime.service.config import SECRET_KEYS, field_types, flag_overrides, load_config, section_class, section_names
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 ROOT = DEPLOY.parent

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from trep_edge.cli import main
-from trep_edge.runtime.checkpoint import load_checkpoint, save_checkpoint
-from trep_edge.runtime.daemon import Daemon
-from trep_edge.runtime.config import load_config
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.monitor import Monitor
-from trep_edge.runtime.payloads import Reading
-from trep_edge.runtime.reshard import merge_states, reshard, select_streams, stream_names
-from trep_edge.runtime.sharding import Shard, shard_of
+from trep_edge.runtime.service.checkpoint import load_checkpoint, save_checkpoint
+from trep_edge.runtime.service.daemon import Daemon
+from trep_edge.runtime.service.config import load_config
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.core.monitor import Monitor
+from trep_edge.runtime.core.reading import Reading
+from trep_edge.runtime.service.reshard import merge_states, reshard, select_streams, stream_names
+from trep_edge.runtime.core.sharding import Shard, shard_of
 
 STREAMS = [f"bed{k:02d}" for k in range(12)]
 STEPS, SWITCH = 160, 90  # reshard after step SWITCH - 1
@@ -136,7 +136,7 @@ def test_a_channel_independent_models_state_is_refused(univariate_engine):
 def test_state_it_cannot_classify_is_refused_by_name(vitals_model):
     state = _small_state(load_engine(vitals_model, "cpu"), ["a1", "a2"])
     state["future/global_table"] = np.zeros(7)
-    with pytest.raises(ValueError, match="cannot move state key 'future/global_table'.*teach runtime/trep_edge/runtime/reshard.py"):
+    with pytest.raises(ValueError, match="cannot move state key 'future/global_table'.*teach runtime/trep_edge/runtime/service/reshard.py"):
         reshard([state], ["a"], 2)
 
 

@@ -15,8 +15,8 @@ from broker import Broker, Collector
 from shards import TOPIC, assert_scores_match, events, received, references, shard_daemon, spiked_streams
 
 from trep_edge.cli import main
-from trep_edge.runtime.replay import Publisher, replay
-from trep_edge.runtime.sharding import shard_of
+from trep_edge.runtime.service.replay import Publisher, replay
+from trep_edge.runtime.core.sharding import shard_of
 
 STREAMS, LENGTH, SWITCH = 9, 420, 190
 SPIKES = [120, 340]  # one episode per phase and stream, further apart than the refractory period (200)

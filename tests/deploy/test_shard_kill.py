@@ -15,10 +15,10 @@ import time
 from broker import broker, collectors  # noqa: F401 - fixtures
 from shards import WINDOW, TOPIC, assert_scores_match, events, received, references, shard_daemon, spiked_streams
 
-from trep_edge.runtime.checkpoint import load_checkpoint
-from trep_edge.runtime.replay import Publisher, replay
-from trep_edge.runtime.reshard import stream_names
-from trep_edge.runtime.sharding import shard_of
+from trep_edge.runtime.service.checkpoint import load_checkpoint
+from trep_edge.runtime.service.replay import Publisher, replay
+from trep_edge.runtime.service.reshard import stream_names
+from trep_edge.runtime.core.sharding import shard_of
 
 STREAMS, LENGTH, SPIKES, RATE = 6, 560, [100, 460], 80.0
 CHECKPOINT, TICK = 0.5, 0.1

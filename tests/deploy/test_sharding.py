@@ -9,10 +9,10 @@ import zlib
 import pytest
 
 from trep_edge.cli import main
-from trep_edge.runtime.config import ConfigError, load_config
-from trep_edge.runtime.daemon import Daemon
-from trep_edge.runtime.mqtt_io import Telemetry
-from trep_edge.runtime.sharding import Shard, shard_of
+from trep_edge.runtime.service.config import ConfigError, load_config
+from trep_edge.runtime.service.daemon import Daemon
+from trep_edge.runtime.service.mqtt_io import Telemetry
+from trep_edge.runtime.core.sharding import Shard, shard_of
 
 
 def test_owner_is_crc32_ieee_of_the_utf8_stream_id_mod_n():

@@ -12,9 +12,9 @@ import pytest
 
 from trep_edge.datasets.archive import archive_parts, read_alert_ranges, read_archive
 from trep_edge.datasets.errors import DataFormatError
-from trep_edge.runtime.archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
-from trep_edge.runtime.config import ArchiveConfig, ConfigError
-from trep_edge.runtime.http_status import Metrics
+from trep_edge.runtime.service.archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
+from trep_edge.runtime.service.config import ArchiveConfig, ConfigError
+from trep_edge.runtime.service.http_status import Metrics
 
 HEADER = ArchiveHeader(("HR", "SpO2"), "m", "a" * 64, 1.0)
 DAY = 86400.0

@@ -15,15 +15,15 @@ from broker import broker, collectors, daemon_tables, daemons, publish, toml_tex
 
 from trep_edge.cli import main as cli
 from trep_edge.datasets.paths import data_root
-from trep_edge.runtime.archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
-from trep_edge.runtime.checkpoint import save_checkpoint
-from trep_edge.runtime.config import ArchiveConfig, MonitorConfig, StateConfig
-from trep_edge.runtime.detector import DetectorConfig
-from trep_edge.runtime.engine import file_sha256, load_engine
-from trep_edge.runtime.http_status import Metrics
-from trep_edge.runtime.model_card import sidecar_path
-from trep_edge.runtime.monitor import Monitor
-from trep_edge.runtime.payloads import Reading
+from trep_edge.runtime.service.archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
+from trep_edge.runtime.service.checkpoint import save_checkpoint
+from trep_edge.runtime.service.config import ArchiveConfig, MonitorConfig, StateConfig
+from trep_edge.runtime.core.detector import DetectorConfig
+from trep_edge.runtime.core.engine import file_sha256, load_engine
+from trep_edge.runtime.service.http_status import Metrics
+from trep_edge.runtime.core.model_card import sidecar_path
+from trep_edge.runtime.core.monitor import Monitor
+from trep_edge.runtime.core.reading import Reading
 from trep_edge.training.promote import (AlertRate, history_folder, install, install_with_history, kept_models,
                                         refusals, rollback)
 from trep_edge.training.shadow import shadow_monitors

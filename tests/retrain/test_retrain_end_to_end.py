@@ -12,8 +12,8 @@ from broker import broker, collectors, daemon_tables, daemons  # noqa: F401 - fi
 from trep_edge.cli import main as cli
 from trep_edge.datasets.paths import data_root
 from trep_edge.datasets.archive import archive_parts, read_archive, read_part
-from trep_edge.runtime.engine import file_sha256
-from trep_edge.runtime.replay import Publisher, load_series, replay
+from trep_edge.runtime.core.engine import file_sha256
+from trep_edge.runtime.service.replay import Publisher, load_series, replay
 
 
 TOPIC = "sensors/{stream}/telemetry"

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from trep_edge.runtime.alerts import STATUS_OF_STATE, AlertConfig, AlertEvent, AlertTracker, Lifecycle
+from trep_edge.runtime.core.alerts import STATUS_OF_STATE, AlertConfig, AlertEvent, AlertTracker, Lifecycle
 
 ONE = np.array([0])
 # With the default threshold 1 of run(): 1.2 is a warning-level exceedance (critical starts at 1.5).

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from trep_edge.cli import build_parser
-from trep_edge.runtime.config import (
+from trep_edge.runtime.service.config import (
     ConfigError,
     MonitorConfig,
     field_doc,
@@ -131,7 +131,7 @@ def test_example_config_loads_and_documents_every_field():
 
 
 def test_input_renames_are_parsed_and_a_malformed_entry_is_refused_with_the_form():
-    from trep_edge.runtime.config import ConfigError, InputConfig
+    from trep_edge.runtime.service.config import ConfigError, InputConfig
 
     assert InputConfig(rename=["O2Sat=SpO2", " Resp = RESP "]).renames == {"O2Sat": "SpO2", "Resp": "RESP"}
     with pytest.raises(ConfigError, match="SENT_NAME=CHANNEL"):

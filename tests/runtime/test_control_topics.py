@@ -1,4 +1,4 @@
-"""Operator commands and bed events without a broker (runtime/trep_edge/runtime/control_topics.py): malformed requests by kind, silences
+"""Operator commands and bed events without a broker (runtime/trep_edge/runtime/service/control_topics.py): malformed requests by kind, silences
 (Alertmanager's: tracked, not notified, released when they end), acknowledgements and the checkpointed state. The
 daemon and broker side is tests/runtime/test_daemon_control.py."""
 from __future__ import annotations
@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from trep_edge.runtime.config import ConfigError, MonitorConfig, TopicsConfig
-from trep_edge.runtime.control_topics import Control, ControlError, control_filters, parse_request
-from trep_edge.runtime.mqtt_io import Telemetry
-from trep_edge.runtime.payloads import Reading, disconnected_codes, mark_disconnected
-from trep_edge.runtime.sharding import Shard, shard_of
+from trep_edge.runtime.service.config import ConfigError, MonitorConfig, TopicsConfig
+from trep_edge.runtime.service.control_topics import Control, ControlError, control_filters, parse_request
+from trep_edge.runtime.service.mqtt_io import Telemetry
+from trep_edge.runtime.core.reading import Reading
+from trep_edge.runtime.service.payloads import disconnected_codes, mark_disconnected
+from trep_edge.runtime.core.sharding import Shard, shard_of
 
 
 def command(**doc) -> bytes:

@@ -185,7 +185,7 @@ def test_sparkplug_b_device_data_is_scored_once_in_order_on_its_group_node_devic
                                                                                         collectors):  # fmt: skip
     """An edge node speaking Sparkplug B: NBIRTH, DBIRTH (names and aliases), then DDATA with aliases only; bad input
     of the three Sparkplug kinds (bad_protobuf, unknown_alias, bad_topic) is counted and costs nothing else."""
-    from trep_edge.runtime.sparkplug import payload_class
+    from trep_edge.runtime.service.sparkplug import payload_class
 
     payload = payload_class()
     daemon = _ready(tmp_path, broker, daemons, MODEL, mqtt={"topics": ["spBv1.0/#"]}, input={"format": "sparkplug"})

@@ -10,7 +10,7 @@ import numpy as np
 
 from broker import broker, collectors, daemon_tables, daemons, publish  # noqa: F401 - fixtures
 
-from trep_edge.runtime.payloads import MALFORMED_KINDS
+from trep_edge.runtime.service.payloads import MALFORMED_KINDS
 
 
 def _bad_messages(now: float) -> dict[str, list[tuple[str, bytes]]]:

@@ -11,7 +11,7 @@ import time
 import numpy as np
 from broker import broker, collectors, daemon_tables, daemons, publish  # noqa: F401 - fixtures
 
-from trep_edge.runtime.replay import Publisher, RecordedSeries, replay
+from trep_edge.runtime.service.replay import Publisher, RecordedSeries, replay
 
 TOPIC = "sensors/{stream}/telemetry"
 

@@ -15,10 +15,10 @@ from broker import Collector, broker, collectors, daemon_tables, daemons, publis
 from test_daemon_bad_input import _ready_daemon
 from test_daemon_lifecycle import _json, _reading, _retained, _send, _series, _wait_scores
 
-from trep_edge.runtime.checkpoint import load_checkpoint
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.replay import RecordedSeries
-from trep_edge.runtime.score_file import score_recording
+from trep_edge.runtime.service.checkpoint import load_checkpoint
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.service.replay import RecordedSeries
+from trep_edge.runtime.service.score_file import score_recording
 
 REPLIES = "trep-edge/replies/"
 

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from broker import Broker, Collector, DaemonProcess, daemon_tables
 
-from trep_edge.runtime.detector import DetectorConfig
+from trep_edge.runtime.core.detector import DetectorConfig
 
 TOPIC = "sensors/{stream}/telemetry"
 SPIKE_AT = (5500, 5503)  # injected anomaly, steps [start, end)

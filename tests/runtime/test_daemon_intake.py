@@ -6,10 +6,10 @@ import threading
 import numpy as np
 import pytest
 
-from trep_edge.runtime.checkpoint import load_checkpoint, save_checkpoint
-from trep_edge.runtime.daemon import BadInput
-from trep_edge.runtime.http_status import Metrics, monitor_metrics
-from trep_edge.runtime.mqtt_io import Telemetry, TelemetryQueue, TopicTemplate, backoff_delay, match_topic
+from trep_edge.runtime.service.checkpoint import load_checkpoint, save_checkpoint
+from trep_edge.runtime.service.daemon import BadInput
+from trep_edge.runtime.service.http_status import Metrics, monitor_metrics
+from trep_edge.runtime.service.mqtt_io import Telemetry, TelemetryQueue, TopicTemplate, backoff_delay, match_topic
 
 
 def _msg(stream: str, n: int) -> Telemetry:
@@ -136,8 +136,8 @@ def test_bad_input_logs_and_samples_at_their_rate_limits():
 
 
 def test_a_publish_paho_drops_for_a_full_queue_is_refused_and_counted(caplog):
-    from trep_edge.runtime.config import MqttConfig
-    from trep_edge.runtime.mqtt_io import MqttLink
+    from trep_edge.runtime.service.config import MqttConfig
+    from trep_edge.runtime.service.mqtt_io import MqttLink
 
     refused = []
     link = MqttLink(MqttConfig(), TelemetryQueue(4), "trep-edge/status/x", {}, on_refused=lambda t, r: refused.append(r))

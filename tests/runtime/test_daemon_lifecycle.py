@@ -14,11 +14,11 @@ import numpy as np
 from broker import Collector, broker, collectors, daemon_tables, daemons, publish  # noqa: F401 - fixtures
 from test_daemon_bad_input import _ready_daemon
 
-from trep_edge.runtime.alerts import STATUS_OF_STATE
-from trep_edge.runtime.checkpoint import load_checkpoint
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.replay import RecordedSeries
-from trep_edge.runtime.score_file import score_recording
+from trep_edge.runtime.core.alerts import STATUS_OF_STATE
+from trep_edge.runtime.service.checkpoint import load_checkpoint
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.service.replay import RecordedSeries
+from trep_edge.runtime.service.score_file import score_recording
 
 STALE_AFTER = 2.0  # seconds; the period is 1 s
 SPIKE = 150  # a reading of +200 (about 15 training scales): one alert with the default detector

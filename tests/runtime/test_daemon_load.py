@@ -13,7 +13,7 @@ import time
 import numpy as np
 from broker import broker, collectors, daemon_tables, daemons  # noqa: F401 - fixtures
 
-from trep_edge.runtime.replay import Publisher, RecordedSeries, replay
+from trep_edge.runtime.service.replay import Publisher, RecordedSeries, replay
 
 STREAMS, SECONDS = 200, 25
 TICK = float(os.environ.get("TREP_EDGE_LOAD_TICK", "0.25"))  # seconds; docs/daemon.md also reports 1.0, the default

@@ -11,8 +11,8 @@ import time
 import pytest
 from broker import broker, collectors, daemon_tables, daemons, publish, toml_text  # noqa: F401 - fixtures
 
-from trep_edge.runtime.engine import file_sha256
-from trep_edge.runtime.model_card import METADATA_KEY, ModelCard
+from trep_edge.runtime.core.engine import file_sha256
+from trep_edge.runtime.core.model_card import METADATA_KEY, ModelCard
 
 TOPIC = "sensors/{stream}/telemetry"
 

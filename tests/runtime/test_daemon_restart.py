@@ -17,11 +17,11 @@ import pytest
 
 from broker import broker, collectors, daemon_tables, daemons  # noqa: F401 - fixtures
 
-from trep_edge.runtime.checkpoint import load_checkpoint
-from trep_edge.runtime.detector import DetectorConfig
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.replay import Publisher, RecordedSeries, replay
-from trep_edge.runtime.score_file import score_recording
+from trep_edge.runtime.service.checkpoint import load_checkpoint
+from trep_edge.runtime.core.detector import DetectorConfig
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.service.replay import Publisher, RecordedSeries, replay
+from trep_edge.runtime.service.score_file import score_recording
 
 TOPIC = "sensors/{stream}/telemetry"
 RATE = 80.0  # readings/s

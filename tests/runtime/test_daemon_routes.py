@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 from broker import Broker, Collector, DaemonProcess, daemon_tables, publish, toml_text
 
-from trep_edge.runtime.checkpoint import DEFAULT_MODEL, load_checkpoint, split_models
-from trep_edge.runtime.config import ConfigError, load_config
-from trep_edge.runtime.daemon import Daemon
-from trep_edge.runtime.engine import file_sha256
-from trep_edge.runtime.mqtt_io import Telemetry, TopicTemplate
-from trep_edge.runtime.reshard import reshard_files, stream_names
-from trep_edge.runtime.routing import check_routes
-from trep_edge.runtime.sharding import LANE_SEPARATOR
+from trep_edge.runtime.service.checkpoint import DEFAULT_MODEL, load_checkpoint, split_models
+from trep_edge.runtime.service.config import ConfigError, load_config
+from trep_edge.runtime.service.daemon import Daemon
+from trep_edge.runtime.core.engine import file_sha256
+from trep_edge.runtime.service.mqtt_io import Telemetry, TopicTemplate
+from trep_edge.runtime.service.reshard import reshard_files, stream_names
+from trep_edge.runtime.service.routing import check_routes
+from trep_edge.runtime.core.sharding import LANE_SEPARATOR
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 VITALS = {"HR": 80.0, "O2Sat": 97.0, "Temp": 37.0, "SBP": 120.0, "MAP": 85.0, "DBP": 65.0, "Resp": 16.0}

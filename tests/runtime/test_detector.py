@@ -7,7 +7,7 @@ import pytest
 
 from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.paths import data_root
-from trep_edge.runtime.detector import (
+from trep_edge.runtime.core.detector import (
     AlertGate,
     Detector,
     DetectorConfig,
@@ -16,9 +16,9 @@ from trep_edge.runtime.detector import (
     combine_surprise,
     upper_tail_surprise,
 )
-from trep_edge.runtime.monitor import Monitor
-from trep_edge.runtime.offline import detect_recording
-from trep_edge.runtime.payloads import Reading
+from trep_edge.runtime.core.monitor import Monitor
+from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.runtime.core.reading import Reading
 from round_trips import json_round_trip, npz_round_trip
 
 T0 = 1_700_000_000

@@ -2,7 +2,7 @@ import numpy as np
 
 
 def test_tiny_models_load_and_score(univariate_engine, vitals_model):
-    from trep_edge.runtime.engine import load_engine
+    from trep_edge.runtime.core.engine import load_engine
 
     w = univariate_engine.card.window
     zu, zm = univariate_engine.last_step_pair(np.zeros((3, w, 1), np.float32), np.zeros(3, np.int64))

@@ -13,10 +13,10 @@ import numpy as np
 import onnx
 import pytest
 
-from trep_edge.runtime.config import ConfigError, load_config
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, Scoring, sidecar_path
-from trep_edge.runtime.offline import prepare, sliding_windows
+from trep_edge.runtime.service.config import ConfigError, load_config
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.core.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, Scoring, sidecar_path
+from trep_edge.runtime.core.offline import prepare, sliding_windows
 
 from broker import Collector, broker, daemon_tables, daemons  # noqa: F401 - fixtures
 

@@ -1,4 +1,4 @@
-"""Alert explanations (runtime/trep_edge/runtime/explain.py): each channel's contribution, the top channels, expected vs seen values.
+"""Alert explanations (runtime/trep_edge/runtime/core/explain.py): each channel's contribution, the top channels, expected vs seen values.
 
 The fault tests run the shipped models on 7-channel streams with a fault in one channel (never the first): the ICU
 model (fixed-channel: occlusion) and the general model (channel-independent: its lanes' own surprise).
@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trep_edge.runtime.alerts import AlertConfig
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.explain import explanation, expected_values, window_centre
-from trep_edge.runtime.monitor import Monitor
-from trep_edge.runtime.offline import detect_recording
-from trep_edge.runtime.payloads import Reading
-from trep_edge.runtime.preprocess import Normalisation, difference
-from trep_edge.runtime.replay import RecordedSeries
-from trep_edge.runtime.score_file import score_recording, write_csv
-from trep_edge.runtime.windows import WindowConfig
+from trep_edge.runtime.core.alerts import AlertConfig
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.core.explain import explanation, expected_values, window_centre
+from trep_edge.runtime.core.monitor import Monitor
+from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.runtime.core.reading import Reading
+from trep_edge.runtime.core.preprocess import Normalisation, difference
+from trep_edge.runtime.service.replay import RecordedSeries
+from trep_edge.runtime.service.score_file import score_recording, write_csv
+from trep_edge.runtime.core.windows import WindowConfig
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 HOUR = 3600.0

@@ -1,4 +1,4 @@
-"""FHIR output (runtime/trep_edge/runtime/fhir.py, docs/alerts.md "FHIR"): an ICU episode's raise, severity update and clear as
+"""FHIR output (runtime/trep_edge/runtime/service/fhir.py, docs/alerts.md "FHIR"): an ICU episode's raise, severity update and clear as
 transaction Bundles that the maintained ``fhir.resources`` models accept as FHIR R5 and as R4B, with the channels'
 values coded by the shipped card's LOINC codes; a broken resource is refused; bad ``[fhir]`` settings are refused;
 and a real daemon on a real Mosquitto publishes a valid Bundle on the FHIR topic for each alert message.
@@ -19,10 +19,10 @@ from pydantic import ValidationError
 from test_daemon_bad_input import _ready_daemon
 from test_daemon_lifecycle import _send, _series
 
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.fhir import ID_PATTERN, FhirConfig, FhirEpisodes, fhir_id
-from trep_edge.runtime.model_card import ModelCard
-from trep_edge.runtime.monitor import AlertOut
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.service.fhir import ID_PATTERN, FhirConfig, FhirEpisodes, fhir_id
+from trep_edge.runtime.core.model_card import ModelCard
+from trep_edge.runtime.core.monitor import AlertOut
 from trep_edge.training.export import write_card
 
 MODELS = Path(__file__).resolve().parents[2] / "models"

@@ -5,13 +5,13 @@ import time
 import numpy as np
 import pytest
 
-from trep_edge.runtime.alerts import AlertConfig
-from trep_edge.runtime.detector import DetectorConfig
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.monitor import Monitor
-from trep_edge.runtime.offline import detect_recording
-from trep_edge.runtime.payloads import Reading
-from trep_edge.runtime.windows import WindowConfig
+from trep_edge.runtime.core.alerts import AlertConfig
+from trep_edge.runtime.core.detector import DetectorConfig
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.core.monitor import Monitor
+from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.runtime.core.reading import Reading
+from trep_edge.runtime.core.windows import WindowConfig
 from round_trips import json_round_trip, npz_round_trip
 
 T0 = 1_700_000_000  # epoch seconds of the first reading; with period 1 s, also its step index
@@ -483,7 +483,7 @@ def test_swapping_in_other_weights_keeps_every_stream_warm_and_alert_capable(uni
     run(monitor, sorted(faulty("a", range(80)) + faulty("b", range(80)), key=lambda r: r.timestamp))
     gate, state = monitor._detector.gate.state_dict(), monitor.state_dict()
     assert monitor.streams == {"a": "active", "b": "active"}
-    with caplog.at_level(logging.INFO, logger="trep_edge.runtime.monitor"):
+    with caplog.at_level(logging.INFO, logger="trep_edge.runtime.core.monitor"):
         monitor.swap_engine(other)
         restarted = Monitor.from_state(other, npz_round_trip(state))  # a restart with the new model: the same
     assert "resuming with another model" in caplog.text
@@ -505,7 +505,7 @@ def test_swapping_in_a_model_with_other_channels_resets_the_windows(univariate_e
     monitor = Monitor(univariate_engine, detector=cold(3))
     run(monitor, [value("bed1", t, np.sin(t)) for t in range(10)])
     monitor.ingest(value("bed1", 10, 0.0))  # pending: discarded, its channel is gone
-    with caplog.at_level(logging.WARNING, logger="trep_edge.runtime.monitor"):
+    with caplog.at_level(logging.WARNING, logger="trep_edge.runtime.core.monitor"):
         monitor.swap_engine(vitals_engine)
     assert "channels, window" in caplog.text and "reset the windows" in caplog.text
     assert monitor.streams == {"bed1": "warming"} and monitor.counters["discarded"] == 1
@@ -517,7 +517,7 @@ def test_swapping_in_a_model_with_other_channels_resets_the_windows(univariate_e
 
 def test_a_model_trained_on_another_period_is_named_in_a_warning(vitals_engine, caplog):
     hourly = with_card(vitals_engine, period=3600.0)
-    with caplog.at_level(logging.WARNING, logger="trep_edge.runtime.monitor"):
+    with caplog.at_level(logging.WARNING, logger="trep_edge.runtime.core.monitor"):
         Monitor(hourly, WindowConfig(period=3600.0))
         assert not caplog.records
         Monitor(hourly, WindowConfig(period=1.0))

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from trep_edge.runtime.payloads import (
+from trep_edge.runtime.service.payloads import (
     MALFORMED_KINDS,
     PayloadError,
     Reading,

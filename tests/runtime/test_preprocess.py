@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from trep_edge.runtime.preprocess import (
+from trep_edge.runtime.core.preprocess import (
     StreamScaler,
     difference,
     fit_normalisation,

@@ -11,8 +11,8 @@ import pytest
 from broker import broker, collectors  # noqa: F401 - fixtures
 
 from trep_edge.datasets.paths import data_root
-from trep_edge.runtime.payloads import parse_payload
-from trep_edge.runtime.replay import (
+from trep_edge.runtime.service.payloads import parse_payload
+from trep_edge.runtime.service.replay import (
     Publisher,
     RecordedSeries,
     load_series,

@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from trep_edge.runtime.detector import DetectorConfig
-from trep_edge.runtime.offline import detect_recording
-from trep_edge.runtime.replay import RecordedSeries
-from trep_edge.runtime.score_file import score_recording, write_csv, write_plot
+from trep_edge.runtime.core.detector import DetectorConfig
+from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.runtime.service.replay import RecordedSeries
+from trep_edge.runtime.service.score_file import score_recording, write_csv, write_plot
 
 
 STRICT = DetectorConfig(threshold=5.0, signals=("distance", "novelty"), horizon=2000)  # the tiny model alerts on its own

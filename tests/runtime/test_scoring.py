@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from trep_edge.runtime.scoring import (
+from trep_edge.runtime.core.scoring import (
     EPS,
     Calibration,
     Detector,

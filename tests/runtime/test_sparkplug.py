@@ -1,4 +1,4 @@
-"""Sparkplug B input (runtime/trep_edge/runtime/sparkplug.py through runtime/trep_edge/runtime/payloads.py): real protobuf payloads built with the
+"""Sparkplug B input (runtime/trep_edge/runtime/service/sparkplug.py through runtime/trep_edge/runtime/service/payloads.py): real protobuf payloads built with the
 module's own schema, plus one encoded by hand from the published field numbers so the schema is checked against
 the spec rather than against itself; the edge nodes' sessions (rebirth requests, seq gaps, deaths) in the decoder
 and in a daemon on a real Mosquitto."""
@@ -17,9 +17,9 @@ from broker import broker, collectors, daemons, publish  # noqa: F401 - fixtures
 from test_daemon_any_sensor import MODEL, _ready
 
 from trep_edge.extras import missing_extra_hint
-from trep_edge.runtime.payloads import MALFORMED_KINDS, PayloadError, parse_payload_lenient
-from trep_edge.runtime.config import ConfigError, InputConfig
-from trep_edge.runtime.sparkplug import REBIRTH_METRIC, Death, SparkplugDecoder, parse_topic, payload_class
+from trep_edge.runtime.service.payloads import MALFORMED_KINDS, PayloadError, parse_payload_lenient
+from trep_edge.runtime.service.config import ConfigError, InputConfig
+from trep_edge.runtime.service.sparkplug import REBIRTH_METRIC, Death, SparkplugDecoder, parse_topic, payload_class
 
 NOW = 1_732_200_000.0
 MS = int(NOW * 1000)

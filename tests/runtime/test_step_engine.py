@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from trep_edge.runtime.detector import DetectorConfig
-from trep_edge.runtime.engine import load_engine, probe_windows
-from trep_edge.runtime.monitor import Monitor
-from trep_edge.runtime.offline import prepare, raw_scores
-from trep_edge.runtime.payloads import Reading
-from trep_edge.runtime.step_engine import StepEngine, StepGraph
+from trep_edge.runtime.core.detector import DetectorConfig
+from trep_edge.runtime.core.engine import load_engine, probe_windows
+from trep_edge.runtime.core.monitor import Monitor
+from trep_edge.runtime.core.offline import prepare, raw_scores
+from trep_edge.runtime.core.reading import Reading
+from trep_edge.runtime.core.step_engine import StepEngine, StepGraph
 from round_trips import npz_round_trip
 
 T0 = 1_700_000_000

@@ -4,10 +4,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from trep_edge.runtime.model_card import ModelCard
-from trep_edge.runtime.offline import prepare, sliding_windows
-from trep_edge.runtime.payloads import Reading
-from trep_edge.runtime.windows import WindowConfig, WindowStore
+from trep_edge.runtime.core.model_card import ModelCard
+from trep_edge.runtime.core.offline import prepare, sliding_windows
+from trep_edge.runtime.core.reading import Reading
+from trep_edge.runtime.core.windows import WindowConfig, WindowStore
 from round_trips import json_round_trip, npz_round_trip
 
 

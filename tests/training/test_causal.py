@@ -4,11 +4,11 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from trep_edge.runtime.step_engine import StepEngine, StepGraph
+from trep_edge.runtime.core.step_engine import StepEngine, StepGraph
 from trep_edge.training.config import TrainConfig
 from trep_edge.training.encoder import EncoderConfig, TRepEncoder, bounded_dilations, receptive_field
 from trep_edge.training.step_graph import StepEncoder, step_graph
-from trep_edge.runtime.model_card import ModelCard
+from trep_edge.runtime.core.model_card import ModelCard
 
 WINDOW = 40
 

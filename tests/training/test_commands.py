@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from trep_edge.cli import main
-from trep_edge.runtime.engine import load_engine
+from trep_edge.runtime.core.engine import load_engine
 
 
 @pytest.fixture()

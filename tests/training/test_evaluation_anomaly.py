@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from trep_edge.runtime.offline import raw_scores
-from trep_edge.runtime.preprocess import fit_normalisation
+from trep_edge.runtime.core.offline import raw_scores
+from trep_edge.runtime.core.preprocess import fit_normalisation
 from trep_edge.training.encoder import EncoderConfig, TRepEncoder
 from trep_edge.training.evaluation import anomaly
 

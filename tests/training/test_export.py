@@ -6,8 +6,8 @@ import numpy as np
 import onnx
 import pytest
 
-from trep_edge.runtime.engine import choose_providers, load_engine
-from trep_edge.runtime.model_card import METADATA_KEY, ModelCard, ModelCardError, sidecar_path
+from trep_edge.runtime.core.engine import choose_providers, load_engine
+from trep_edge.runtime.core.model_card import METADATA_KEY, ModelCard, ModelCardError, sidecar_path
 
 
 def test_graph_has_the_contract_and_a_current_opset(univariate_model):
@@ -36,9 +36,9 @@ def test_card_is_identical_in_metadata_and_sidecar(univariate_model):
 def test_parity_torch_vs_onnxruntime_within_1e4_and_identical_alerts(univariate_model, ucr_series):
     import torch
 
-    from trep_edge.runtime.offline import prepare
+    from trep_edge.runtime.core.offline import prepare
     from trep_edge.training.encoder import EncoderConfig, TRepEncoder
-    from trep_edge.runtime.model_card import Scoring
+    from trep_edge.runtime.core.model_card import Scoring
     from trep_edge.training.export import build_card, export_encoder, parity_check, weights_sha256
 
     engine = load_engine(univariate_model, "cpu")

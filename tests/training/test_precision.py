@@ -1,9 +1,9 @@
 """Reduced-precision variants are judged on the anomaly score, in units of the calibration σ."""
 import json
 
-from trep_edge.runtime.engine import load_engine
-from trep_edge.runtime.model_card import sidecar_path
-from trep_edge.runtime.offline import prepare
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.core.model_card import sidecar_path
+from trep_edge.runtime.core.offline import prepare
 from trep_edge.training.precision import P99_TOLERANCE, export_variant
 
 

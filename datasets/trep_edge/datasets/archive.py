@@ -1,4 +1,4 @@
-"""Read the daemon's telemetry archive (``runtime/trep_edge/runtime/archive.py``) back as series, for retraining and promotion.
+"""Read the daemon's telemetry archive (``runtime/trep_edge/runtime/service/archive.py``) back as series, for retraining and promotion.
 
 Each stream becomes one or more series on the archive's step grid (step ``k = floor(timestamp / period + 0.5)``,
 the daemon's own rule): steps without a reading are NaN, a gap longer than ``max_gap`` steps starts a new

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from trep_edge.training.config import TrainConfig
-from trep_edge.runtime.preprocess import Normalisation
+from trep_edge.runtime.core.preprocess import Normalisation
 
 from trep_edge.training.data import load_training_data
 from trep_edge.training.trainer import Trainer, read_checkpoint, resolve_checkpoint
@@ -224,7 +224,7 @@ def _channel_codes(path: str | None) -> dict:
 
 def export(args: argparse.Namespace) -> int:
     """``trep-edge export``: ONNX + model card, calibrated on normal data, optionally parity-checked."""
-    from trep_edge.runtime.model_card import Scoring
+    from trep_edge.runtime.core.model_card import Scoring
 
     from trep_edge.training.export import build_card, export_encoder, make_general, parity_check, quiet_exporter
     from trep_edge.training.trainer import Trainer

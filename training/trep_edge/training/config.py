@@ -5,7 +5,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from trep_edge.runtime.time_index import parse_time_index
+from trep_edge.runtime.core.time_index import parse_time_index
 from trep_edge.training.encoder import bounded_dilations, receptive_field
 from trep_edge.training.losses import LossWeights
 from trep_edge.training.time_embedding import KINDS

@@ -15,7 +15,7 @@ from trep_edge.datasets.npy import load_npy
 from trep_edge.datasets.physionet import VITALS, iter_patients
 from trep_edge.datasets.ts_format import load_ts
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
-from trep_edge.runtime.preprocess import Normalisation, difference, fit_normalisation, forward_fill
+from trep_edge.runtime.core.preprocess import Normalisation, difference, fit_normalisation, forward_fill
 
 FORMATS = (".csv (ETT-style), .ts (UEA/UCR), .txt (UCR anomaly), .npy, .tar.gz (PhysioNet 2019 .psv), "
            "a telemetry archive folder (docs/retraining.md)")

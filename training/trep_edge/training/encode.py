@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trep_edge.runtime.time_index import TimeIndex, parse_time_index, time_index
+from trep_edge.runtime.core.time_index import TimeIndex, parse_time_index, time_index
 
 from trep_edge.training.encoder import TRepEncoder
 

@@ -21,12 +21,12 @@ import onnx
 import torch
 
 from trep_edge import __version__
-from trep_edge.runtime.atomic_file import write_atomically
-from trep_edge.runtime.engine import Engine, last_step_pair, load_engine
-from trep_edge.runtime.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, ModelCard, Scoring, sidecar_path
-from trep_edge.runtime.offline import detector_prior, raw_scores
-from trep_edge.runtime.scoring import Calibration, adjust_scores, calibrate, score_series
-from trep_edge.runtime.time_index import parse_time_index, time_index
+from trep_edge.runtime.service.atomic_file import write_atomically
+from trep_edge.runtime.core.engine import Engine, last_step_pair, load_engine
+from trep_edge.runtime.core.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, ModelCard, Scoring, sidecar_path
+from trep_edge.runtime.core.offline import detector_prior, raw_scores
+from trep_edge.runtime.core.scoring import Calibration, adjust_scores, calibrate, score_series
+from trep_edge.runtime.core.time_index import parse_time_index, time_index
 
 from trep_edge.training.encoder import TRepEncoder
 from trep_edge.training.exporter import OPSET, export_module

@@ -24,7 +24,7 @@ from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.paths import data_root
 from trep_edge.datasets.physionet import VITALS, iter_patients
 from trep_edge.datasets.ts_format import load_ts
-from trep_edge.runtime.preprocess import robust_location_scale
+from trep_edge.runtime.core.preprocess import robust_location_scale
 
 # Rows each source may contribute at most: the large archives (ETTm, UEA) would otherwise be most of the corpus.
 DEFAULT_CAPS = {"ett": 120_000, "ucr": 60_000, "uea": 120_000, "physionet": 80_000, "mimic": 20_000, "a103l": 40_000}

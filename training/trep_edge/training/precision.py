@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from trep_edge.runtime.engine import Engine, load_engine, seconds_per_window
-from trep_edge.runtime.model_card import sidecar_path
-from trep_edge.runtime.offline import raw_scores, sliding_windows
-from trep_edge.runtime.scoring import adjust_scores, detect, threshold
-from trep_edge.runtime.time_index import time_index
+from trep_edge.runtime.core.engine import Engine, load_engine, seconds_per_window
+from trep_edge.runtime.core.model_card import sidecar_path
+from trep_edge.runtime.core.offline import raw_scores, sliding_windows
+from trep_edge.runtime.core.scoring import adjust_scores, detect, threshold
+from trep_edge.runtime.core.time_index import time_index
 
 from trep_edge.training.export import write_card
 

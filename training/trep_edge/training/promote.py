@@ -43,12 +43,12 @@ from pathlib import Path
 import numpy as np
 
 from trep_edge.datasets.archive import ArchivedSeries, latest_timestamp, read_alert_ranges, read_archive
-from trep_edge.runtime.atomic_file import write_atomically
-from trep_edge.runtime.config import MonitorConfig, load_config
-from trep_edge.runtime.engine import Engine, file_sha256, load_engine
-from trep_edge.runtime.model_card import sidecar_path
-from trep_edge.runtime.offline import prepare, raw_scores
-from trep_edge.runtime.scoring import score_series
+from trep_edge.runtime.service.atomic_file import write_atomically
+from trep_edge.runtime.service.config import MonitorConfig, load_config
+from trep_edge.runtime.core.engine import Engine, file_sha256, load_engine
+from trep_edge.runtime.core.model_card import sidecar_path
+from trep_edge.runtime.core.offline import prepare, raw_scores
+from trep_edge.runtime.core.scoring import score_series
 
 from trep_edge.training.shadow import check_hours, shadow_score, summary
 

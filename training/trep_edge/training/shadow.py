@@ -29,14 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from trep_edge.runtime.checkpoint import load_checkpoint
-from trep_edge.runtime.config import MonitorConfig
-from trep_edge.runtime.engine import Engine
-from trep_edge.runtime.monitor import Monitor, TickResult
-from trep_edge.runtime.mqtt_io import MqttLink, Telemetry, TelemetryQueue
-from trep_edge.runtime.payloads import parse_payload_lenient
-from trep_edge.runtime.sharding import Shard
-from trep_edge.runtime.sparkplug import SparkplugDecoder
+from trep_edge.runtime.service.checkpoint import load_checkpoint
+from trep_edge.runtime.service.config import MonitorConfig
+from trep_edge.runtime.core.engine import Engine
+from trep_edge.runtime.core.monitor import Monitor, TickResult
+from trep_edge.runtime.service.mqtt_io import MqttLink, Telemetry, TelemetryQueue
+from trep_edge.runtime.service.payloads import parse_payload_lenient
+from trep_edge.runtime.core.sharding import Shard
+from trep_edge.runtime.service.sparkplug import SparkplugDecoder
 
 log = logging.getLogger(__name__)
 

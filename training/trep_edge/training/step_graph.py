@@ -2,7 +2,7 @@
 
 A causal convolution with kernel K and dilation d at step k reads its input at ``k − (K−1)d, …, k − d`` and ``k``.
 The runtime keeps, per stream and per convolution, the last ``(K−1)d`` inputs of that convolution (its post-GELU
-activations) in a ring buffer (``runtime/trep_edge/runtime/step_engine.py``); the graph takes the K−1 *taps* it needs from each
+activations) in a ring buffer (``runtime/trep_edge/runtime/core/step_engine.py``); the graph takes the K−1 *taps* it needs from each
 ring and returns the new step's activation to push. Taking the taps instead of whole queues makes a reading cost
 one position per layer, however far back the dilations reach (whole queues through the graph would move the
 entire state, ~100 kB per stream at paper size, three times per reading).
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trep_edge.runtime.step_engine import LAYOUT_KEY
+from trep_edge.runtime.core.step_engine import LAYOUT_KEY
 
 from trep_edge.training.encoder import DilatedBlock, TRepEncoder, receptive_field
 from trep_edge.training.exporter import export_module

@@ -17,7 +17,7 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from trep_edge.datasets.physionet import iter_patients
-from trep_edge.runtime.preprocess import Normalisation, difference, forward_fill
+from trep_edge.runtime.core.preprocess import Normalisation, difference, forward_fill
 
 from trep_edge.training.crops import make_sections
 

@@ -15,8 +15,8 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
-from trep_edge.runtime.atomic_file import write_atomically
-from trep_edge.runtime.time_index import parse_time_index, time_index
+from trep_edge.runtime.service.atomic_file import write_atomically
+from trep_edge.runtime.core.time_index import parse_time_index, time_index
 
 from trep_edge.training.config import TrainConfig
 from trep_edge.training.crops import Sections, draw_crops, gather, make_sections, random_keep_mask
@@ -384,7 +384,7 @@ def resolve_checkpoint(model_or_checkpoint: str | Path, weights_sha256: str | No
     path = Path(model_or_checkpoint)
     if path.suffix != ".onnx" and weights_sha256 is None:
         return path
-    from trep_edge.runtime.engine import load_engine
+    from trep_edge.runtime.core.engine import load_engine
 
     from trep_edge.training.export import weights_sha256 as sha_of
 

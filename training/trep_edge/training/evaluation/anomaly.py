@@ -17,10 +17,10 @@ import numpy as np
 
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
 from trep_edge.datasets.yahoo import load_yahoo
-from trep_edge.runtime.model_card import Scoring
-from trep_edge.runtime.offline import raw_scores
-from trep_edge.runtime.preprocess import Normalisation, difference, fit_normalisation
-from trep_edge.runtime.scoring import adjust_scores, calibrate, score_series
+from trep_edge.runtime.core.model_card import Scoring
+from trep_edge.runtime.core.offline import raw_scores
+from trep_edge.runtime.core.preprocess import Normalisation, difference, fit_normalisation
+from trep_edge.runtime.core.scoring import adjust_scores, calibrate, score_series
 
 from trep_edge.training.data import adf_order
 from trep_edge.training.encoder import TRepEncoder

@@ -11,7 +11,7 @@ label. Peers, each with the committed alert rule its own documentation or the pa
   linear), the largest channel's distance; alerts at μ + 4σ of the probation part's scores.
 - ``paper``: T-Rep's protocol as published — masked-vs-unmasked L1, adjusted by the mean of the previous 21, μ + 4σ
   of the probation part's adjusted scores, the delay-7 rule — with the same model as ``trep``.
-- ``trep``: this product's detector (``runtime/trep_edge/runtime/detector.py``) through ``offline.detect_recording``, the code
+- ``trep``: this product's detector (``runtime/trep_edge/runtime/core/detector.py``) through ``offline.detect_recording``, the code
   ``trep-edge score`` and the daemon run; ``trep:NAME`` rows are ablations (``--ablations``).
 - ``trep:per-stream``: the same detector, each synthetic and UCR stream with its own model trained on its probation
   part only (``--per-stream-train``, ``detection_per_stream``); ``trep:per-stream:NAME`` its ablations.
@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from trep_edge.runtime.detector import DetectorConfig
-from trep_edge.runtime.engine import Engine, load_engine
+from trep_edge.runtime.core.detector import DetectorConfig
+from trep_edge.runtime.core.engine import Engine, load_engine
 from trep_edge.training.evaluation.point_adjusted import point_adjust_f1
-from trep_edge.runtime.offline import RecordingFeatures, detect_recording, encode_recording
-from trep_edge.runtime.scoring import adjust_scores, calibrate, detect, threshold
+from trep_edge.runtime.core.offline import RecordingFeatures, detect_recording, encode_recording
+from trep_edge.runtime.core.scoring import adjust_scores, calibrate, detect, threshold
 
 from trep_edge.training.evaluation import detection_metrics as dm
 from trep_edge.training.evaluation.detection_corpus import Stream, corpus

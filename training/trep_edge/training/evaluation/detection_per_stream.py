@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trep_edge.runtime.engine import Engine, load_engine
+from trep_edge.runtime.core.engine import Engine, load_engine
 
 from trep_edge.training.evaluation import detection_metrics as dm
 from trep_edge.training.evaluation.detection_corpus import Stream

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from trep_edge.datasets.ett import load_csv
-from trep_edge.runtime.offline import sliding_windows
-from trep_edge.runtime.preprocess import fit_normalisation
-from trep_edge.runtime.time_index import parse_time_index, time_index
+from trep_edge.runtime.core.offline import sliding_windows
+from trep_edge.runtime.core.preprocess import fit_normalisation
+from trep_edge.runtime.core.time_index import parse_time_index, time_index
 
 from trep_edge.training.data import resolve
 from trep_edge.training.encoder import TRepEncoder

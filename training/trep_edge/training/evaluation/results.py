@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trep_edge.runtime.atomic_file import write_atomically
+from trep_edge.runtime.service.atomic_file import write_atomically
 
 
 class ResultsFile:

@@ -21,8 +21,8 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.svm import SVC
 
 from trep_edge.datasets.physionet import PAPER_FEATURES, iter_patients, sepsis_preprocess
-from trep_edge.runtime.preprocess import fit_normalisation
-from trep_edge.runtime.time_index import time_index
+from trep_edge.runtime.core.preprocess import fit_normalisation
+from trep_edge.runtime.core.time_index import time_index
 
 from trep_edge.training.encoder import TRepEncoder
 

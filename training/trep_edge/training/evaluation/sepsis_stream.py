@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from trep_edge.datasets.physionet import VITALS, iter_patients
-from trep_edge.runtime.model_card import Scoring
-from trep_edge.runtime.offline import raw_scores
-from trep_edge.runtime.preprocess import Normalisation, fit_normalisation, forward_fill
-from trep_edge.runtime.scoring import adjust_scores, calibrate, score_series
+from trep_edge.runtime.core.model_card import Scoring
+from trep_edge.runtime.core.offline import raw_scores
+from trep_edge.runtime.core.preprocess import Normalisation, fit_normalisation, forward_fill
+from trep_edge.runtime.core.scoring import adjust_scores, calibrate, score_series
 
 from trep_edge.training.encoder import TRepEncoder
 from trep_edge.training.export import TorchEngine, build_card

@@ -44,9 +44,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from trep_edge.runtime.model_card import ModelCard
-from trep_edge.runtime.payloads import Reading
-from trep_edge.runtime.preprocess import Normalisation, difference, forward_fill
+from trep_edge.runtime.core.model_card import ModelCard
+from trep_edge.runtime.core.reading import Reading
+from trep_edge.runtime.core.preprocess import Normalisation, difference, forward_fill
 
 WINDOW_REJECTIONS = ("late", "ahead", "empty", "non_finite", "absurd_timestamp", "too_many_streams", "wrong_type")
 """Kinds ``WindowStore.ingest`` (and ``Monitor.ingest``) return for a reading it drops."""

@@ -27,7 +27,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from trep_edge.runtime.config import MqttConfig
+from trep_edge.runtime.service.config import MqttConfig
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from trep_edge.runtime.alerts import AlertConfig, AlertTracker
-from trep_edge.runtime.detector import DetectorConfig
-from trep_edge.runtime.engine import Engine
-from trep_edge.runtime.explain import Explanation
-from trep_edge.runtime.offline import detect_recording
-from trep_edge.runtime.replay import RecordedSeries
+from trep_edge.runtime.core.alerts import AlertConfig, AlertTracker
+from trep_edge.runtime.core.detector import DetectorConfig
+from trep_edge.runtime.core.engine import Engine
+from trep_edge.runtime.core.explain import Explanation
+from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.runtime.service.replay import RecordedSeries
 
 
 @dataclass

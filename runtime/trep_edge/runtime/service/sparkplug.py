@@ -2,7 +2,7 @@
 
 Sparkplug B (Eclipse Tahu, https://sparkplug.eclipse.org) is what many plant MQTT feeds speak: topics
 ``spBv1.0/<group_id>/<message_type>/<edge_node_id>[/<device_id>]`` and protobuf payloads
-(``org.eclipse.tahu.protobuf.Payload``). This module turns one message into numeric samples; ``runtime/trep_edge/runtime/payloads.py``
+(``org.eclipse.tahu.protobuf.Payload``). This module turns one message into numeric samples; ``runtime/trep_edge/runtime/service/payloads.py``
 makes readings of them (renames, the unknown-channel policy, timestamps, stream-id checks), as for every format.
 
 - **Stream**: ``<group_id>/<edge_node_id>/<device_id>`` for device messages, ``<group_id>/<edge_node_id>`` for node
@@ -65,10 +65,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trep_edge.runtime.payloads import PayloadError
+from trep_edge.runtime.service.payloads import PayloadError
 
 if TYPE_CHECKING:
-    from trep_edge.runtime.http_status import Metrics
+    from trep_edge.runtime.service.http_status import Metrics
 
 NAMESPACE = "spBv1.0"
 PROTOBUF = "google.protobuf"

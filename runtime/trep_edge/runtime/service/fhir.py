@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from trep_edge.runtime.model_card import ModelCard
-from trep_edge.runtime.monitor import AlertOut
+from trep_edge.runtime.core.model_card import ModelCard
+from trep_edge.runtime.core.monitor import AlertOut
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9\-.]{1,64}")
 """A FHIR resource id (the ``id`` datatype)."""

@@ -22,8 +22,8 @@ log = logging.getLogger(__name__)
 
 def run(args: argparse.Namespace) -> int:
     """``trep-edge run``: the monitor daemon."""
-    from trep_edge.runtime.config import flag_overrides, load_config
-    from trep_edge.runtime.daemon import run_daemon
+    from trep_edge.runtime.service.config import flag_overrides, load_config
+    from trep_edge.runtime.service.daemon import run_daemon
 
     flags = flag_overrides(args)
     config = load_config(args.config, os.environ, flags)
@@ -41,7 +41,7 @@ def replay(args: argparse.Namespace) -> int:
     """``trep-edge replay``: publish a dataset as sensor readings."""
     from trep_edge.datasets.paths import resolve
 
-    from trep_edge.runtime.replay import Publisher, load_series, parse_rename, replay as publish_series, step_range
+    from trep_edge.runtime.service.replay import Publisher, load_series, parse_rename, replay as publish_series, step_range
 
     if args.rate is not None and args.speed is not None:
         raise ValueError("give --rate (readings/s per stream) or --speed (multiple of real time), not both")
@@ -79,12 +79,12 @@ def replay(args: argparse.Namespace) -> int:
 
 def score(args: argparse.Namespace) -> int:
     """``trep-edge score``: score a recorded file offline; write the CSV and the PNG."""
-    from trep_edge.runtime.config import load_config
-    from trep_edge.runtime.engine import load_engine
+    from trep_edge.runtime.service.config import load_config
+    from trep_edge.runtime.core.engine import load_engine
     from trep_edge.datasets.paths import resolve
 
-    from trep_edge.runtime.replay import load_series, parse_rename
-    from trep_edge.runtime.score_file import score_recording, write_csv, write_plot
+    from trep_edge.runtime.service.replay import load_series, parse_rename
+    from trep_edge.runtime.service.score_file import score_recording, write_csv, write_plot
 
     config = load_config(args.config, os.environ, {})
     engine = load_engine(args.model, args.providers)
@@ -133,8 +133,8 @@ def doctor(args: argparse.Namespace) -> int:
     print(f"mosquitto     {broker or 'not found (only needed for a local demo broker)'}")
     print(f"onnxruntime providers available: {', '.join(ort.get_available_providers())} (device {ort.get_device()})")
     if args.model:
-        from trep_edge.runtime.daemon import check_engine
-        from trep_edge.runtime.engine import load_engine
+        from trep_edge.runtime.service.daemon import check_engine
+        from trep_edge.runtime.core.engine import load_engine
 
         try:
             engine = load_engine(args.model, args.providers)
@@ -169,9 +169,9 @@ def doctor(args: argparse.Namespace) -> int:
 
 
 def reshard(args: argparse.Namespace) -> int:
-    """``trep-edge reshard``: N stopped shards' checkpoints in, M out (runtime/trep_edge/runtime/reshard.py)."""
-    from trep_edge.runtime.reshard import reshard_files, stream_names
-    from trep_edge.runtime.checkpoint import load_checkpoint
+    """``trep-edge reshard``: N stopped shards' checkpoints in, M out (runtime/trep_edge/runtime/service/reshard.py)."""
+    from trep_edge.runtime.service.reshard import reshard_files, stream_names
+    from trep_edge.runtime.service.checkpoint import load_checkpoint
 
     for path in reshard_files(args.checkpoints, args.to, args.out, args.allow_missing, args.name):
         state, meta = load_checkpoint(path)

@@ -50,23 +50,23 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from trep_edge.runtime.alerts import STATUS_OF_STATE, AlertTracker, Lifecycle, StreamStatus
-from trep_edge.runtime.archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
-from trep_edge.runtime.checkpoint import DEFAULT_MODEL, join_models, load_checkpoint, save_checkpoint, split_models
-from trep_edge.runtime.config import ModelSettings, MonitorConfig, load_config
-from trep_edge.runtime.control_topics import (CONTROL_KINDS, Control, ControlError, control_filters, declare_control_metrics,
+from trep_edge.runtime.core.alerts import STATUS_OF_STATE, AlertTracker, Lifecycle, StreamStatus
+from trep_edge.runtime.service.archive import ArchiveHeader, ArchiveRecorder, declare_archive_metrics
+from trep_edge.runtime.service.checkpoint import DEFAULT_MODEL, join_models, load_checkpoint, save_checkpoint, split_models
+from trep_edge.runtime.service.config import ModelSettings, MonitorConfig, load_config
+from trep_edge.runtime.service.control_topics import (CONTROL_KINDS, Control, ControlError, control_filters, declare_control_metrics,
                              parse_request)
-from trep_edge.runtime.engine import Engine, file_sha256, load_engine
-from trep_edge.runtime.fhir import FhirEpisodes
-from trep_edge.runtime.http_status import StatusServer, monitor_metrics
-from trep_edge.runtime.monitor import AlertOut, Monitor, ScoredReading, SensorEvent, TickResult
-from trep_edge.runtime.mqtt_io import MqttLink, Telemetry, TelemetryQueue, TopicTemplate
-from trep_edge.runtime.payloads import MALFORMED_KINDS, mark_disconnected, parse_payload_lenient
-from trep_edge.runtime.reshard import select_streams, stream_names
-from trep_edge.runtime.routing import OTHER_MODEL_KIND, ModelUnit, check_routes, route, scoring_settings
-from trep_edge.runtime.sharding import Shard
-from trep_edge.runtime.sparkplug import SparkplugDecoder, declare_sparkplug_metrics
-from trep_edge.runtime.windows import WINDOW_REJECTIONS
+from trep_edge.runtime.core.engine import Engine, file_sha256, load_engine
+from trep_edge.runtime.service.fhir import FhirEpisodes
+from trep_edge.runtime.service.http_status import StatusServer, monitor_metrics
+from trep_edge.runtime.core.monitor import AlertOut, Monitor, ScoredReading, SensorEvent, TickResult
+from trep_edge.runtime.service.mqtt_io import MqttLink, Telemetry, TelemetryQueue, TopicTemplate
+from trep_edge.runtime.service.payloads import MALFORMED_KINDS, mark_disconnected, parse_payload_lenient
+from trep_edge.runtime.service.reshard import select_streams, stream_names
+from trep_edge.runtime.service.routing import OTHER_MODEL_KIND, ModelUnit, check_routes, route, scoring_settings
+from trep_edge.runtime.core.sharding import Shard
+from trep_edge.runtime.service.sparkplug import SparkplugDecoder, declare_sparkplug_metrics
+from trep_edge.runtime.core.windows import WINDOW_REJECTIONS
 
 log = logging.getLogger(__name__)
 
@@ -809,7 +809,7 @@ class Daemon:
                  alert.score, alert.threshold, f" (channel {alert.channel})" if alert.channel else "")  # fmt: skip
 
     def _publish_fhir(self, unit: ModelUnit, alert: AlertOut, published: float) -> None:
-        """With ``[fhir] enabled``, the episode change as a FHIR transaction Bundle on its own topic (runtime/trep_edge/runtime/fhir.py),
+        """With ``[fhir] enabled``, the episode change as a FHIR transaction Bundle on its own topic (runtime/trep_edge/runtime/service/fhir.py),
         naming the model that scored it (its card's channel codes)."""
         fhir = self.config.fhir
         if fhir.enabled:
@@ -841,7 +841,7 @@ class Daemon:
         return self.default if request.stream is None else self._unit_of(request.stream)
 
     def _control(self, item: Telemetry) -> None:
-        """An operator command or bed event (runtime/trep_edge/runtime/control_topics.py): apply it, publish what it changed, reply."""
+        """An operator command or bed event (runtime/trep_edge/runtime/service/control_topics.py): apply it, publish what it changed, reply."""
         unit = self._control_unit(item)
         outcome = self.control.handle(item, unit.monitor, unit.lifecycle.open, time.time(), self.config.input.max_bytes)
         if outcome.error is not None:

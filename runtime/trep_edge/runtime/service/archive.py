@@ -33,8 +33,8 @@ from typing import Any, Callable
 
 from trep_edge.datasets.archive import ALERTS_FILE, ARCHIVE_FORMAT, PART_PATTERN, archive_parts
 
-from trep_edge.runtime.config import ArchiveConfig
-from trep_edge.runtime.http_status import Metrics
+from trep_edge.runtime.service.config import ArchiveConfig
+from trep_edge.runtime.service.http_status import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from trep_edge.runtime.scoring import Calibration
-from trep_edge.runtime.time_index import parse_time_index
+from trep_edge.runtime.core.scoring import Calibration
+from trep_edge.runtime.core.time_index import parse_time_index
 
 SCHEMA_VERSION = 1
 METADATA_KEY = "trep_edge.card"
@@ -69,7 +69,7 @@ class ModelCard:
     """Physically possible values, ``{channel: [low, high]}``: a reading outside is a sensor fault, not the process."""
     channel_codes: dict = field(default_factory=dict)
     """What each channel measures in a standard terminology, ``{channel: {"system", "code", "display", "unit"}}``
-    (e.g. LOINC, with a UCUM unit): the FHIR output's codes (runtime/trep_edge/runtime/fhir.py). Channels left out are named only."""
+    (e.g. LOINC, with a UCUM unit): the FHIR output's codes (runtime/trep_edge/runtime/service/fhir.py). Channels left out are named only."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:

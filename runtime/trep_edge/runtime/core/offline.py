@@ -14,12 +14,12 @@ from typing import Sequence
 
 import numpy as np
 
-from trep_edge.runtime.detector import Detector, DetectorConfig, window_deviation
-from trep_edge.runtime.engine import Engine
-from trep_edge.runtime.explain import Explanation, Subject, explain_readings
-from trep_edge.runtime.preprocess import (Normalisation, StreamScaler, difference, forward_fill, implausible, plausible_bounds,
+from trep_edge.runtime.core.detector import Detector, DetectorConfig, window_deviation
+from trep_edge.runtime.core.engine import Engine
+from trep_edge.runtime.core.explain import Explanation, Subject, explain_readings
+from trep_edge.runtime.core.preprocess import (Normalisation, StreamScaler, difference, forward_fill, implausible, plausible_bounds,
                          robust_location_scale, scale_windows)
-from trep_edge.runtime.scoring import raw_score
+from trep_edge.runtime.core.scoring import raw_score
 
 
 def prepare(engine: Engine, raw: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from trep_edge.runtime.atomic_file import write_atomically
+from trep_edge.runtime.service.atomic_file import write_atomically
 
 CHECKPOINT_FORMAT = 1
 META_KEY = "daemon/meta"

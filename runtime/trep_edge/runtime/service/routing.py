@@ -1,6 +1,6 @@
 """Several models in one daemon: which model scores a topic, and what the daemon keeps per model.
 
-``[[routes]]`` (``runtime/trep_edge/runtime/config.py``) send the readings of some topics to another model than ``[model]``'s: the
+``[[routes]]`` (``runtime/trep_edge/runtime/service/config.py``) send the readings of some topics to another model than ``[model]``'s: the
 routes are tried in order and the first whose filter matches a message's topic decides; a topic no route matches
 goes to the default model. Every model is a ``ModelUnit``: its settings (the daemon's with its route's overrides),
 engine, monitor (per-stream windows, detector, alert tracker), stream lifecycle and model file stamp, so that a
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trep_edge.runtime.alerts import Lifecycle
-from trep_edge.runtime.config import ConfigError, ModelSettings, MonitorConfig
-from trep_edge.runtime.engine import Engine
-from trep_edge.runtime.monitor import Monitor
-from trep_edge.runtime.mqtt_io import TopicTemplate
+from trep_edge.runtime.core.alerts import Lifecycle
+from trep_edge.runtime.service.config import ConfigError, ModelSettings, MonitorConfig
+from trep_edge.runtime.core.engine import Engine
+from trep_edge.runtime.core.monitor import Monitor
+from trep_edge.runtime.service.mqtt_io import TopicTemplate
 
 OTHER_MODEL_KIND = "other_model_stream"
 """Rejection kind of a reading whose stream another model scores (its topic routes elsewhere)."""

@@ -6,7 +6,7 @@ PhysioNet 2019 ``.tar.gz`` (one stream per patient, named ``bed001``, ``bed002``
 readings, the sepsis label as labels). ``trep-edge score`` reads the same files through ``load_series``, so an
 offline score and a replay through the daemon see the same numbers.
 
-Every reading is ``{"ts": t0 + i * period, "values": {channel: value or null}}`` (runtime/trep_edge/runtime/payloads.py), published
+Every reading is ``{"ts": t0 + i * period, "values": {channel: value or null}}`` (runtime/trep_edge/runtime/service/payloads.py), published
 with QoS 1 on the topic template with the stream id filled in. Timestamps are synthetic: reading ``i`` is
 ``period`` seconds after reading ``i-1`` whatever the replay speed, so the monitor sees a regular stream. At
 ``rate = 1/period`` (the default) they track the wall clock; faster replays run ahead of it, which the monitor
@@ -32,7 +32,7 @@ from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.physionet import VITALS, iter_patients
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
 
-from trep_edge.runtime.payloads import channel_renames
+from trep_edge.runtime.service.payloads import channel_renames
 
 log = logging.getLogger(__name__)
 

@@ -52,7 +52,7 @@ number when its topic names the channel (shape 4).
    NDATA/DDATA gives one reading per metric timestamp (milliseconds; else the payload's, else the receive time),
    its numeric metrics the channels (booleans 0/1, nulls missing; text, bytes, datasets and templates skipped).
    Deaths, commands and STATE give nothing. A payload that is not such a protobuf is ``bad_protobuf``, a topic not
-   of that form ``bad_topic``, an alias no BIRTH defined ``unknown_alias``. ``runtime/trep_edge/runtime/sparkplug.py`` has the rules.
+   of that form ``bad_topic``, an alias no BIRTH defined ``unknown_alias``. ``runtime/trep_edge/runtime/service/sparkplug.py`` has the rules.
 
 Validation of every value (``values`` entries and SenML ``v``): a number is accepted; ``null`` is missing (NaN);
 the non-standard JSON literal ``NaN`` is also read as missing, because that is what common float serialisers
@@ -90,8 +90,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from trep_edge.runtime.core.reading import Reading
+
 if TYPE_CHECKING:
-    from trep_edge.runtime.sparkplug import SparkplugDecoder
+    from trep_edge.runtime.service.sparkplug import SparkplugDecoder
 
 MALFORMED_KINDS = (
     "not_json",
@@ -142,19 +144,6 @@ class PayloadError(ValueError):
         super().__init__(message if index is None else f"reading {index}: {message}")
         self.kind = kind
         self.index = index
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One time point of one stream: channel name → value (NaN = missing), time in epoch seconds.
-
-    ``disconnected``: the sensor said it is not connected (``mark_disconnected``); every value is missing.
-    """
-
-    stream: str
-    timestamp: float
-    values: dict[str, float]
-    disconnected: bool = False
 
 
 @dataclass(frozen=True)
@@ -687,7 +676,7 @@ def _sparkplug(data: bytes, topic: str | None, decoder: SparkplugDecoder | None,
     if topic is None:
         raise ValueError("format 'sparkplug' needs the message's topic: it names the stream")
     if decoder is None:  # the decoder holds the session's aliases: one per input, never made here per message
-        raise ValueError("format 'sparkplug' needs a SparkplugDecoder (trep_edge.runtime.sparkplug)")
+        raise ValueError("format 'sparkplug' needs a SparkplugDecoder (trep_edge.runtime.service.sparkplug)")
     decoded = decoder.decode(topic, data)
     if decoded.stream is None:  # BIRTH, DEATH, commands, STATE: no readings
         return [], []

@@ -45,8 +45,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from trep_edge.runtime.preprocess import robust_location_scale
-from trep_edge.runtime.scoring import StreamState
+from trep_edge.runtime.core.preprocess import robust_location_scale
+from trep_edge.runtime.core.scoring import StreamState
 
 SIGNALS = ("distance", "novelty", "deviation")
 """The per-reading signals the detector can judge, in the order of ``SignalStats`` columns: ``distance`` and

@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from trep_edge.runtime.detector import Detector, SignalStats, combine_surprise, transform_signals, window_deviation
-from trep_edge.runtime.engine import Engine
-from trep_edge.runtime.preprocess import Normalisation, robust_location_scale
-from trep_edge.runtime.scoring import raw_score
+from trep_edge.runtime.core.detector import Detector, SignalStats, combine_surprise, transform_signals, window_deviation
+from trep_edge.runtime.core.engine import Engine
+from trep_edge.runtime.core.preprocess import Normalisation, robust_location_scale
+from trep_edge.runtime.core.scoring import raw_score
 
 
 @dataclass(frozen=True)

@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from trep_edge.runtime.alerts import AlertConfig
-from trep_edge.runtime.detector import DetectorConfig
-from trep_edge.runtime.engine import ENGINE_CHOICES
-from trep_edge.runtime.fhir import FhirConfig
-from trep_edge.runtime.payloads import FORMATS, INFLUX_PRECISIONS, channel_renames, disconnected_codes
-from trep_edge.runtime.sharding import Shard
-from trep_edge.runtime.windows import WindowConfig
+from trep_edge.runtime.core.alerts import AlertConfig
+from trep_edge.runtime.core.detector import DetectorConfig
+from trep_edge.runtime.core.engine import ENGINE_CHOICES
+from trep_edge.runtime.service.fhir import FhirConfig
+from trep_edge.runtime.service.payloads import FORMATS, INFLUX_PRECISIONS, channel_renames, disconnected_codes
+from trep_edge.runtime.core.sharding import Shard
+from trep_edge.runtime.core.windows import WindowConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -172,7 +172,7 @@ class MonitorSettings:
     tick_interval: float = _doc("seconds between scoring ticks; each tick scores every stream with new readings "
                                 "in one onnxruntime call", 1.0)  # fmt: skip
     shard: str = _doc("this daemon's shard i/N of a scaled-out deployment: it scores the streams with "
-                      "crc32(stream id) mod N == i and skips the others (runtime/trep_edge/runtime/sharding.py); 0/1 = all", "0/1")
+                      "crc32(stream id) mod N == i and skips the others (runtime/trep_edge/runtime/core/sharding.py); 0/1 = all", "0/1")
     tick_max_messages: int = _doc("tick budget: at most this many queued messages are taken in per tick; the rest "
                                   "wait in the queue for the next, so health, checkpoints and metrics keep their "
                                   "cadence under any backlog", 2000)  # fmt: skip
@@ -240,7 +240,7 @@ class InputConfig:
         if self.format not in FORMATS:
             raise ConfigError(f"input.format must be one of {list(FORMATS)}, got {self.format!r}")
         if self.format == "sparkplug":
-            from trep_edge.runtime.sparkplug import require_protobuf
+            from trep_edge.runtime.service.sparkplug import require_protobuf
 
             require_protobuf()  # without the [sparkplug] extra: ModuleNotFoundError, one line naming it (cli)
         if not 0 <= self.sparkplug_rebirth_interval < math.inf:

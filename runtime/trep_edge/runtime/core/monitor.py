@@ -68,16 +68,16 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from trep_edge.runtime.alerts import SEVERITIES, AlertConfig, AlertEvent, AlertTracker, episode_id
-from trep_edge.runtime.detector import Detector, DetectorConfig, window_deviation
-from trep_edge.runtime.engine import Engine
-from trep_edge.runtime.explain import Explanation, Subject, explain_readings
-from trep_edge.runtime.payloads import Reading
-from trep_edge.runtime.preprocess import StreamScaler, plausible_bounds, scale_windows
-from trep_edge.runtime.scoring import raw_score
-from trep_edge.runtime.sharding import LANE_SEPARATOR
-from trep_edge.runtime.step_engine import StepEngine, StepGraph
-from trep_edge.runtime.windows import StepBatch, WindowConfig, WindowStore, contract_differences, input_contract
+from trep_edge.runtime.core.alerts import SEVERITIES, AlertConfig, AlertEvent, AlertTracker, episode_id
+from trep_edge.runtime.core.detector import Detector, DetectorConfig, window_deviation
+from trep_edge.runtime.core.engine import Engine
+from trep_edge.runtime.core.explain import Explanation, Subject, explain_readings
+from trep_edge.runtime.core.reading import Reading
+from trep_edge.runtime.core.preprocess import StreamScaler, plausible_bounds, scale_windows
+from trep_edge.runtime.core.scoring import raw_score
+from trep_edge.runtime.core.sharding import LANE_SEPARATOR
+from trep_edge.runtime.core.step_engine import StepEngine, StepGraph
+from trep_edge.runtime.core.windows import StepBatch, WindowConfig, WindowStore, contract_differences, input_contract
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 ``trep-edge reshard --to M OLD... --out DIR`` reads the checkpoints of all N shards of a stopped deployment,
 merges them and writes one checkpoint per new shard, each stream's state going to its owner under M
-(``runtime/trep_edge/runtime/sharding.py``). A restarted deployment of M daemons then resumes every stream warm, exactly as if it had
+(``runtime/trep_edge/runtime/core/sharding.py``). A restarted deployment of M daemons then resumes every stream warm, exactly as if it had
 never moved (tests/deploy/test_scale_out.py checks scores and alerts against an un-resharded run).
 
 The monitor's state (``Monitor.state_dict()``) is a flat dict of arrays. Nothing here names its keys: each is
@@ -30,8 +30,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from trep_edge.runtime.checkpoint import join_models, load_checkpoint, save_checkpoint, split_models
-from trep_edge.runtime.sharding import Shard, shard_of
+from trep_edge.runtime.service.checkpoint import join_models, load_checkpoint, save_checkpoint, split_models
+from trep_edge.runtime.core.sharding import Shard, shard_of
 
 State = Mapping[str, np.ndarray]
 NAMES_KEY = "windows/config"
@@ -81,7 +81,7 @@ def classify(state: State) -> dict[str, str]:
         else:
             raise ValueError(f"cannot move state key {key!r} (shape {value.shape}) between shards: it is not a "
                              f"setting (0-d), a per-stream array (first dimension = the {n} streams) or part of an "
-                             f"entry table indexed by a '*{INDEX_SUFFIX}' array; teach runtime/trep_edge/runtime/reshard.py about it")
+                             f"entry table indexed by a '*{INDEX_SUFFIX}' array; teach runtime/trep_edge/runtime/service/reshard.py about it")
     for key, kind in kinds.items():
         if kind == key:  # an index: its stream numbers must exist
             idx = np.asarray(state[key])

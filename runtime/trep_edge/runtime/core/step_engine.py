@@ -12,7 +12,7 @@ state has been fed the steps of its window, its next representation equals the f
 window ending there (zeros before the window = the zero state). The state is a cache that can always be rebuilt
 from the stored window (``rebuild``); it is also saved with the monitor's checkpoint so a restart resumes at once.
 
-Public API (used by ``runtime/trep_edge/runtime/monitor.py``, ``runtime/trep_edge/runtime/engine.py`` and ``bench/throughput.py``):
+Public API (used by ``runtime/trep_edge/runtime/core/monitor.py``, ``runtime/trep_edge/runtime/core/engine.py`` and ``bench/throughput.py``):
 
 - ``StepGraph(session)``: an onnxruntime session of a step graph and its ``StepLayout``.
 - ``StepEngine(graph, card, max_rows=512)``: ``add_streams(n)``, ``remove_streams(idx)``, ``invalidate(idx)``,
@@ -33,8 +33,8 @@ from typing import Any, Mapping
 import numpy as np
 import onnxruntime as ort
 
-from trep_edge.runtime.model_card import ModelCard
-from trep_edge.runtime.time_index import parse_time_index, time_index
+from trep_edge.runtime.core.model_card import ModelCard
+from trep_edge.runtime.core.time_index import parse_time_index, time_index
 
 LAYOUT_KEY = "trep_edge.step_layout"
 

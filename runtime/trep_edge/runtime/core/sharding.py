@@ -8,7 +8,7 @@ each scores only the streams it owns and skips the others before they reach its 
 CRC-32 (IEEE 802.3, the one of zip, gzip and PNG) is stable across processes, machines, Python versions and
 languages (Go ``hash/crc32.ChecksumIEEE``, Java ``java.util.zip.CRC32``, Node ``zlib.crc32``), unlike Python's
 salted ``hash()``; a dispatcher or dashboard outside this package can compute the owner of a stream the same way.
-State is keyed by stream id, so changing N moves each stream's state to its new owner (``runtime/trep_edge/runtime/reshard.py``).
+State is keyed by stream id, so changing N moves each stream's state to its new owner (``runtime/trep_edge/runtime/service/reshard.py``).
 """
 from __future__ import annotations
 

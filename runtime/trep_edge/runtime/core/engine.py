@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from trep_edge.runtime.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, ModelCard, ModelCardError, sidecar_path
-from trep_edge.runtime.step_engine import StepCandidate
-from trep_edge.runtime.time_index import TimeIndex, parse_time_index, time_index
+from trep_edge.runtime.core.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, ModelCard, ModelCardError, sidecar_path
+from trep_edge.runtime.core.step_engine import StepCandidate
+from trep_edge.runtime.core.time_index import TimeIndex, parse_time_index, time_index
 
 log = logging.getLogger(__name__)
 

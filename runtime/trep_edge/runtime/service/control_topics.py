@@ -35,12 +35,12 @@ from typing import Any, Mapping
 
 import paho.mqtt.client as mqtt
 
-from trep_edge.runtime.config import MonitorConfig
-from trep_edge.runtime.http_status import Metrics
-from trep_edge.runtime.monitor import AlertOut, Monitor
-from trep_edge.runtime.mqtt_io import Telemetry
-from trep_edge.runtime.payloads import MAX_STREAM_ID, PayloadError, decode_json, valid_stream_id
-from trep_edge.runtime.sharding import Shard, shard_of
+from trep_edge.runtime.service.config import MonitorConfig
+from trep_edge.runtime.service.http_status import Metrics
+from trep_edge.runtime.core.monitor import AlertOut, Monitor
+from trep_edge.runtime.service.mqtt_io import Telemetry
+from trep_edge.runtime.service.payloads import MAX_STREAM_ID, PayloadError, decode_json, valid_stream_id
+from trep_edge.runtime.core.sharding import Shard, shard_of
 
 REPLY_SCHEMA_VERSION = 1
 COMMANDS = ("ack", "silence", "unsilence")
