@@ -313,7 +313,7 @@ def capacity(summary: dict[str, Any], limit_mib: float, headroom: float, tick_la
 
     ``tick_lanes`` None: every stream scored in the same tick, by the measured overall peak line (worst case).
     Otherwise the daemon's case (``daemon_peak_mib``): a tick takes in at most ``tick_max_messages`` messages
-    (``runtime/trep_edge/runtime/service/daemon.py``), so at most that many lanes are scored at once with one reading per message.
+    (``runtime/trep_edge/runtime/service/tick_budget.py``), so at most that many lanes are scored at once with one reading per message.
     """
     peak = summary.get("peak")
     if not peak or not summary.get("rss") or not summary.get("checkpoint_peak") or peak["per_1000"] <= 0:

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 
 from trep_edge.bundled import example_config, shipped_models
+from trep_edge.runtime.service.atomic_file import write_atomically
 
 
 def _model_comment(model: Path) -> str:
@@ -24,7 +24,8 @@ def write_monitor_folder(folder: Path, force: bool = False) -> Path:
     (folder / "models").mkdir(parents=True, exist_ok=True)
     for model in models:
         for path in (model, model.with_suffix(".card.json")):
-            shutil.copyfile(path, folder / "models" / path.name)
+            # Atomically: with --force a daemon may be watching the model it replaces.
+            write_atomically(folder / "models" / path.name, lambda fh: fh.write(path.read_bytes()), mode=0o644)
     header = [
         "# Written by `trep-edge init`. Run the monitor from this folder (relative paths below are relative to it):",
         "#",
@@ -35,11 +36,25 @@ def write_monitor_folder(folder: Path, force: bool = False) -> Path:
         *(_model_comment(m) for m in models),
         "#",
     ]
-    config.write_text("\n".join(header) + "\n" + example_config().read_text())
+    text = "\n".join(header) + "\n" + example_config().read_text()
+    write_atomically(config, lambda fh: fh.write(text.encode()), mode=0o644)
     return config
 
 
-def init(args: argparse.Namespace) -> int:
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The ``trep-edge init`` subcommand's arguments."""
+    p = subparsers.add_parser(
+        "init",
+        help="write a monitor folder: the shipped models and a commented example config naming them",
+        description="Copy the models shipped with trep-edge into DIR/models and write DIR/monitor.toml, the daemon's "
+        "example configuration with every option commented, its [model] path set to the default model.",
+    )
+    p.add_argument("dir", metavar="DIR", help="folder to write (created if missing)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing DIR/monitor.toml")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
     """``trep-edge init``: write the monitor folder and say what to do next."""
     try:
         config = write_monitor_folder(Path(args.dir), args.force)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from trep_edge.runtime.service.checkpoint import load_checkpoint, save_checkpoint
-from trep_edge.runtime.service.daemon import BadInput
+from trep_edge.runtime.service.intake import BadInput
 from trep_edge.runtime.service.http_status import Metrics, monitor_metrics
 from trep_edge.runtime.service.mqtt_io import Telemetry, TelemetryQueue, TopicTemplate, backoff_delay, match_topic
 

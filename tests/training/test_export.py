@@ -152,7 +152,7 @@ def test_card_channel_codes_name_card_channels_with_a_system_and_a_code(codes, p
 
 
 def test_export_channel_codes_file_is_read_and_a_bad_one_is_refused(tmp_path):
-    from trep_edge.training.commands import _channel_codes
+    from trep_edge.training.commands.export import _channel_codes
 
     good = tmp_path / "codes.json"
     good.write_text(json.dumps({"HR": LOINC_HR}))
@@ -232,7 +232,7 @@ def test_build_graphs_embeds_only_the_named_graphs_and_refuses_unknown_names():
 
 
 def test_export_range_flags_become_card_ranges_and_bad_ones_say_what_to_write():
-    from trep_edge.training.commands import _channel_ranges
+    from trep_edge.training.commands.export import _channel_ranges
 
     assert _channel_ranges(["HR=0:350", "Temp=10:50.5"], ["HR", "Temp"]) == {"HR": [0.0, 350.0], "Temp": [10.0, 50.5]}
     for entry, message in (("HR=high", "CHANNEL=LOW:HIGH"), ("BP=0:300", "no channel 'BP'"), ("HR=5:1", "LOW < HIGH")):

@@ -2,8 +2,8 @@
 
 Every file that a crash must not tear goes through ``write_atomically``: the daemon's checkpoints, exported
 models and their cards (``trep_edge.training.export``), promoted models (``trep_edge.training.promote``), the
-trainer's checkpoints and an evaluation's results file. Standard library only, so the runtime and the training
-side can both import it.
+trainer's checkpoints, an evaluation's results file and the folder ``trep-edge init`` writes
+(``trep_edge/init_config.py``). Standard library only, so the runtime and the training side can both import it.
 """
 from __future__ import annotations
 

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from trep_edge.runtime.service.atomic_file import write_atomically
+
+if TYPE_CHECKING:  # the daemon's models; reshard reads and writes checkpoints without loading any
+    from trep_edge.runtime.service.routing import ModelUnit
 
 CHECKPOINT_FORMAT = 1
 META_KEY = "daemon/meta"
@@ -47,6 +50,21 @@ def save_checkpoint(path: str | Path, state: Mapping[str, np.ndarray], meta: Map
     arrays = dict(state)
     arrays[META_KEY] = np.array(json.dumps({**meta, "format": CHECKPOINT_FORMAT}))
     write_atomically(path, lambda fh: np.savez(fh, **arrays))
+
+
+def save_models(path: str | Path, units: Sequence[ModelUnit], common: Mapping[str, Any]) -> None:
+    """The daemon's checkpoint: every model's monitor state with its meta (``model``, ``model_sha256``,
+    ``lifecycle``), keyed by ``model_key``, and the meta every model shares (``common``)."""
+    models = {model_key(unit, units): (unit.monitor.state_dict(), {
+        "model": unit.engine.card.name, "model_sha256": unit.engine.sha256,
+        "lifecycle": unit.lifecycle.to_json()}) for unit in units}  # fmt: skip
+    save_checkpoint(path, *join_models(models, common))
+
+
+def model_key(unit: ModelUnit, units: Sequence[ModelUnit]) -> str:
+    """A model's key in the checkpoint: the default model (the last unit) is stored as a daemon of one model stores
+    it."""
+    return DEFAULT_MODEL if unit is units[-1] else unit.name
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

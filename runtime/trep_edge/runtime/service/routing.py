@@ -12,7 +12,7 @@ checkpoint under another model (the routes changed) moves to its topic's model, 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trep_edge.runtime.core.alerts import Lifecycle
 from trep_edge.runtime.service.config import ConfigError, ModelSettings, MonitorConfig
@@ -49,6 +49,35 @@ class ModelUnit:
         every channel a stream sends on its own lane."""
         card = self.engine.card
         return None if card.channel_mode == "independent" else card.channels
+
+
+@dataclass(eq=False)
+class Routes:
+    """The daemon's models (the default one last) and, with routes, the model each stream took readings in since
+    the start (``owner``): what decides which model a message, a control request or a silence is about."""
+
+    units: list[ModelUnit]
+    owner: dict[str, ModelUnit] = field(default_factory=dict)
+
+    @property
+    def routed(self) -> bool:
+        """Whether the daemon runs several models (``[[routes]]``)."""
+        return len(self.units) > 1
+
+    @property
+    def default(self) -> ModelUnit:
+        """The ``[model]`` model: it scores every topic no route takes (the only one without routes)."""
+        return self.units[-1]
+
+    def unit_of(self, stream: str) -> ModelUnit:
+        """The model that holds ``stream`` (or last took its readings); the default model for one none knows."""
+        held = next((unit for unit in self.units if unit.monitor.has_stream(stream)), None)
+        return held or self.owner.get(stream, self.default)
+
+    def forget(self, streams: list[str]) -> None:
+        """Streams gone (evicted, discharged, renamed): the next reading of the id claims it afresh."""
+        for stream in streams:
+            self.owner.pop(stream, None)
 
 
 def scoring_settings(config: MonitorConfig) -> tuple:

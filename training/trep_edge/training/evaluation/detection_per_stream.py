@@ -6,8 +6,8 @@ with ``trep-edge export``'s defaults (window 201, z 21, beta 4, delay 7; calibra
 writes the card's ``detector_prior``), then every reading of the stream scored by the product's detector
 (``offline.detect_recording``, the code ``trep-edge score`` runs).
 
-Train and export go through the CLI's own parser and functions (``training.commands.train`` / ``export``) in this
-process, so every default is the CLI's. They read data from a file: the probation slice is written as a ``.npy``
+Train and export go through the CLI's own command modules (``training.commands.train`` / ``export``: their
+parsers and ``run``) in this process, so every default is the CLI's. They read data from a file: the probation slice is written as a ``.npy``
 to a temporary folder outside the repository and deleted once the model is exported. A stream of several channels
 gets one multichannel model of its channels. Models are cached under ``--per-stream-cache`` (default
 ``runs/detect-per-stream``, not committed), keyed by the slice, the flags and ``CACHE_VERSION``; a rerun reuses
@@ -19,6 +19,7 @@ about 6 readings, far below one training window (``NOTE``).
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import io
@@ -88,11 +89,13 @@ def train_and_export(values: np.ndarray, folder: Path, threads: int = 1) -> dict
     """``trep-edge train SLICE.npy TRAIN_FLAGS`` then ``trep-edge export`` (defaults) into ``folder``; a summary."""
     import torch
 
-    from trep_edge.cli import build_parser
     from trep_edge.training.commands import export, train
 
     folder.mkdir(parents=True, exist_ok=True)
-    parser, previous = build_parser(), torch.get_num_threads()
+    parser, previous = argparse.ArgumentParser(prog="trep-edge"), torch.get_num_threads()
+    commands = parser.add_subparsers(dest="command", required=True)
+    train.add_parser(commands)
+    export.add_parser(commands)
     began = time.perf_counter()
     out = io.StringIO()
     try:
@@ -103,11 +106,11 @@ def train_and_export(values: np.ndarray, folder: Path, threads: int = 1) -> dict
             train_args = parser.parse_args(["train", str(data), *TRAIN_FLAGS, "--threads", str(threads),
                                             "--out", str(checkpoint), "--no-progress"])  # fmt: skip
             with contextlib.redirect_stdout(out):
-                if train(train_args) != 0:
+                if train.run(train_args) != 0:
                     raise RuntimeError(f"per-stream training failed: {out.getvalue()[-500:]}")
                 trained = time.perf_counter()
                 # Export reloads the training data from the checkpoint's data_spec: the slice file must still exist.
-                if export(parser.parse_args(["export", str(checkpoint), "--out", str(folder / "model.onnx")])) != 0:
+                if export.run(parser.parse_args(["export", str(checkpoint), "--out", str(folder / "model.onnx")])) != 0:
                     raise RuntimeError(f"per-stream export failed: {out.getvalue()[-500:]}")
     finally:
         torch.set_num_threads(previous)

@@ -1,20 +1,21 @@
-"""Implementations of the training-side subcommands (imported only when one of them runs)."""
+"""``trep-edge train``: pretrain a T-Rep encoder (or fine-tune one, or run one rank of a torchrun job), checkpoint it
+and print a JSON summary (``training/trep_edge/training/trainer.py``)."""
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
-import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from trep_edge.training.config import TrainConfig
+from trep_edge.datasets.timestamps import CSV_FORMAT
+from trep_edge.help_format import HelpFormatter
 from trep_edge.runtime.core.preprocess import Normalisation
 
-from trep_edge.training.data import load_training_data
-from trep_edge.training.trainer import Trainer, read_checkpoint, resolve_checkpoint
+if TYPE_CHECKING:  # torch: imported only when a command runs
+    from trep_edge.training.config import TrainConfig
+    from trep_edge.training.trainer import Trainer
 
 # CLI flag -> TrainConfig field, for flags that override the config one to one.
 _OVERRIDES = {
@@ -26,8 +27,69 @@ _OVERRIDES = {
 }  # fmt: skip
 
 
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The ``trep-edge train`` subcommand's arguments."""
+    p = subparsers.add_parser(
+        "train",
+        help="pretrain a T-Rep encoder on a dataset",
+        description="Self-supervised T-Rep pretraining. Settings come from the defaults, then --config, then flags.",
+        epilog=CSV_FORMAT,
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument("data", help="dataset file: a path, or a path under the data folder (e.g. "
+                   "UEA/BasicMotions/BasicMotions_TRAIN.ts); formats: .csv (see CSV format below), .ts (UEA/UCR), "
+                   ".txt (UCR anomaly: trains on the normal prefix), .npy, .tar.gz (PhysioNet 2019: one series per "
+                   "patient)")
+    p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
+    p.add_argument("--out", help="checkpoint path (default: runs/<data name>.pt)")
+    p.add_argument("--config", help="TOML file with a [train] table of TrainConfig fields")
+    p.add_argument("--resume", metavar="CHECKPOINT", help="continue an interrupted run from its checkpoint")
+    p.add_argument("--channels", help="comma-separated channel names to use (CSV and PhysioNet; PhysioNet default: the bedside vitals)")
+    p.add_argument("--rows", help="START:END slice of time steps (single-series CSV), e.g. 0:8640 for ETTh1's 12 training months")
+    p.add_argument("--max-series", type=int, help="use at most this many series (e.g. PhysioNet patients)")
+    p.add_argument("--forward-fill", type=int, default=0, metavar="STEPS",
+                   help="carry each channel's last value over at most STEPS missing steps (stored in the model card; "
+                   "the runtime does the same); 0 = off")
+    p.add_argument("--difference", default="0", help="difference the input N times, or 'auto' (ADF test, TREP.md §5)")
+    p.add_argument("--iterations", type=int, help="optimiser steps (default: 200 for small data, 600 otherwise)")
+    p.add_argument("--epochs", type=int, help="epochs instead of iterations")
+    p.add_argument("--batch-size", type=int, help="batch size (paper: 16)")
+    p.add_argument("--lr", type=float, help="learning rate (paper: 1e-3)")
+    p.add_argument("--repr-dims", type=int, help="representation size F per timestep")
+    p.add_argument("--hidden-dims", type=int, help="TCN width (paper: 128)")
+    p.add_argument("--depth", type=int, help="dilated residual blocks (paper: 10)")
+    p.add_argument("--time-embedding", choices=["time2vec", "mlp", "rbf", "none"], help="time-embedding module; none = TS2Vec ablation")
+    p.add_argument("--time-index", help="time index convention: relative or periodic:P (TREP.md §4)")
+    p.add_argument("--max-train-length", type=int, help="cut long series into sections of at most this many steps")
+    p.add_argument("--causal", action="store_true", default=None, help="causal convolutions with a receptive field "
+                   "within --max-receptive-field, for the incremental step engine (docs/causal.md); needs "
+                   "--time-index periodic:P")
+    p.add_argument("--max-receptive-field", type=int, help="causal: steps the dilations may reach (default 201; keep "
+                   "it <= the export --window)")
+    p.add_argument("--weights", help="four task weights a,b,c,d summing to 1: instance, temporal, divergence, forecast")
+    p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core); results "
+                   "do not depend on it beyond float rounding")
+    p.add_argument("--amp", action="store_true", default=None, help="float16 mixed precision (CUDA only)")
+    p.add_argument("--checkpoint-every", type=int, help="save a checkpoint every N steps")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--evaluate", action="store_true", help="after training a .ts set with a TEST split, report TimeDim SVM accuracy")
+    p.add_argument("--exclude-alerts", metavar="FILE_OR_DIR", help="telemetry archive: leave out the time ranges of "
+                   "alert episodes, from the archive's own alerts (pass the archive folder) or a JSONL file of alert "
+                   "messages (docs/retraining.md)")
+    p.add_argument("--init-from", metavar="MODEL_OR_CKPT", help="fine-tune: start from this checkpoint's weights (or "
+                   "M.onnx with its checkpoint M.pt beside it), keeping its channels, differencing and normalisation")
+    p.add_argument("--stream", action="store_true", help="PhysioNet .tar.gz: stream patients through a bounded "
+                   "shuffle buffer instead of loading the corpus (memory bounded; docs/training.md)")
+    p.add_argument("--shuffle-buffer", type=int, default=1024, help="--stream: training sections held for shuffling")
+    return p
+
+
 def config_from_args(args: argparse.Namespace, base: dict | None = None) -> TrainConfig:
     """Defaults (or ``base``, a fine-tuned checkpoint's settings), then the TOML file, then explicit flags."""
+    from trep_edge.training.config import TrainConfig
+
     if base is None:
         base = TrainConfig.from_toml(args.config).to_dict() if args.config else TrainConfig().to_dict()
     elif args.config:
@@ -47,11 +109,13 @@ def config_from_args(args: argparse.Namespace, base: dict | None = None) -> Trai
     return TrainConfig.from_dict(base)
 
 
-def train(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """``trep-edge train``: pretrain (or fine-tune, or one rank of a torchrun job), checkpoint, print a JSON summary."""
     import torch
 
+    from trep_edge.training.data import load_training_data
     from trep_edge.training.distributed import device_for, setup, teardown, world_from_env, wrap
+    from trep_edge.training.trainer import Trainer, read_checkpoint, resolve_checkpoint
 
     world = world_from_env()
     if getattr(args, "threads", None):
@@ -189,104 +253,3 @@ def _evaluate_classification(trainer: Trainer, data) -> float:
     enc = trainer.inference_encoder()
     conv = trainer.cfg.time_index
     return timedim_accuracy(encode(enc, data.x, conv), data.labels, encode(enc, data.test_x, conv), data.test_labels)
-
-
-def _channel_ranges(entries: list[str], channels: list[str]) -> dict[str, list[float]]:
-    """``--range CHANNEL=LOW:HIGH`` entries as the card's ``ranges``; a bad entry is refused with what to write."""
-    ranges = {}
-    for entry in entries:
-        name, _, bounds = entry.partition("=")
-        low, _, high = bounds.partition(":")
-        try:
-            values = [float(low), float(high)]
-        except ValueError:
-            raise ValueError(f"--range {entry!r}: write CHANNEL=LOW:HIGH with two numbers, e.g. HR=0:350") from None
-        if name not in channels:
-            raise ValueError(f"--range {entry!r}: the model has no channel {name!r}; its channels are {channels}")
-        if not (math.isfinite(values[0]) and math.isfinite(values[1]) and values[0] < values[1]):
-            raise ValueError(f"--range {entry!r}: LOW and HIGH must be finite with LOW < HIGH")
-        ranges[name] = values
-    return ranges
-
-
-def _channel_codes(path: str | None) -> dict:
-    """``--channel-codes FILE``: the card's ``channel_codes`` (checked with the card); none without a file."""
-    if path is None:
-        return {}
-    try:
-        codes = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"--channel-codes {path}: cannot read a JSON object from it ({exc})") from None
-    if not isinstance(codes, dict):
-        raise ValueError(f"--channel-codes {path} must hold a JSON object channel -> {{system, code, display, unit}}")
-    return codes
-
-
-def export(args: argparse.Namespace) -> int:
-    """``trep-edge export``: ONNX + model card, calibrated on normal data, optionally parity-checked."""
-    from trep_edge.runtime.core.model_card import Scoring
-
-    from trep_edge.training.export import build_card, export_encoder, make_general, parity_check, quiet_exporter
-    from trep_edge.training.trainer import Trainer
-
-    trainer = Trainer.load(args.checkpoint, device="cpu")
-    encoder = trainer.inference_encoder()
-    out = Path(args.out)
-    if out.suffix != ".onnx":
-        raise ValueError(f"--out {out} must end in .onnx")
-    if args.window < 2:
-        raise ValueError(f"--window must be at least 2 steps, got {args.window}")
-    scoring = Scoring(z=args.z, beta=args.beta, delay=args.delay)
-    card = build_card(args.name or out.stem, encoder, trainer.meta, trainer.cfg.to_dict(), args.window, scoring, trainer.step)
-    general = getattr(args, "general", False)
-    if general:
-        make_general(encoder, card)
-    card.ranges = _channel_ranges(getattr(args, "range", []), card.channels)
-    card.period = float(getattr(args, "period", 0.0))
-    card.channel_codes = _channel_codes(getattr(args, "channel_codes", None))
-    if card.channel_codes:
-        card.validate(f"the card with --channel-codes {args.channel_codes}")  # refused now, not after calibration
-    series = None
-    if not args.no_calibration:
-        spec = dict(trainer.meta.get("data_spec") or {})
-        if args.calibration_data:
-            spec.update(data=args.calibration_data, rows=args.calibration_rows, max_series=None)
-        if not spec.get("data"):
-            raise ValueError("the checkpoint does not say what it was trained on: pass --calibration-data or --no-calibration")
-        # The model's own normalisation: calibration data must reach the model exactly as the daemon's will.
-        data = load_training_data(spec["data"], args.data_root, spec.get("channels"), spec.get("rows"),
-                                  spec.get("max_series"), spec.get("difference", 0), spec.get("forward_fill", 0),
-                                  spec.get("exclude_alerts"), Normalisation.from_dict(card.normalisation))
-        if not general and data.channels != card.channels:
-            raise ValueError(f"calibration data has channels {data.channels}, the model {card.channels}")
-        series = [s for s in map(_trim_padding, data.x) if len(s) > 1]
-    names = None if args.graphs is None else [n.strip() for n in args.graphs.split(",") if n.strip() not in ("", "none")]
-    with quiet_exporter(not getattr(args, "verbose", False)):
-        # A general model's calibration data pools many kinds of signal, so a prior drawn from it describes no stream
-        # in particular: each stream learning its own signal statistics from its first readings scored higher on
-        # the detection benchmark (docs/detection.md), and such streams are long enough to afford that warm-up.
-        engine = export_encoder(encoder, card, out, series, args.calibration_steps, names, with_prior=not general)
-        summary = {"model": str(out), "card": str(out.with_suffix("")) + ".card.json", "sha256": engine.sha256,
-                   "calibration": None if engine.card.calibration is None else engine.card.calibration.to_dict(),
-                   "bytes": out.stat().st_size}
-        status = 0
-        if args.check:
-            real = series[0] if series else None
-            report = parity_check(encoder, engine, real)
-            summary["parity"] = {"max_abs_diff": report.max_abs_diff, "cases": report.cases,
-                                 "alerts_identical": report.alerts_identical, "ok": report.ok}
-            status = 0 if report.ok else 1
-        if args.precision:
-            from trep_edge.training.precision import export_variant
-
-            if not series:
-                raise ValueError("--precision needs calibration data to judge the variants' scores")
-            summary["variants"] = [export_variant(engine, p, series).to_dict() for p in args.precision.split(",")]
-    print(json.dumps(summary, indent=2))
-    return status
-
-
-def _trim_padding(series: np.ndarray) -> np.ndarray:
-    """Drop the trailing all-NaN steps that pad shorter series (e.g. patients) to a common length."""
-    observed = np.flatnonzero(~np.isnan(series).all(axis=1))
-    return series[: observed[-1] + 1] if len(observed) else series[:0]

@@ -1,0 +1,72 @@
+"""``trep-edge score``: score a recorded file offline as the daemon would; write a CSV and a PNG
+(``service/score_file.py``)."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from trep_edge.help_format import HelpFormatter
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The ``trep-edge score`` subcommand's arguments."""
+    p = subparsers.add_parser(
+        "score",
+        help="score a recorded file offline; write a CSV and a PNG plot",
+        description="The daemon's scoring and alert episodes over one series of DATA: a CSV of step, values, raw, "
+        "adjusted, threshold, alert, event, label, and a PNG (signal, score, threshold, alerts, labels). The PNG "
+        "needs matplotlib (pip install 'trep-edge[plot]'); --no-plot skips it.",
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument("data", help="UCR-anomaly .txt, sensor .csv (format: trep-edge train --help), or PhysioNet 2019 "
+                   ".tar.gz")
+    p.add_argument("--model", required=True, help="ONNX model with its card")
+    p.add_argument("--config", help="monitor TOML: its [alerts] and [monitor] settings apply")
+    p.add_argument("--out", help="CSV path (default runs/score/<stream>.csv)")
+    p.add_argument("--plot", help="PNG path (default: the CSV path with .png)")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument("--series", type=int, default=0, help="which series of a multi-series file (0-based)")
+    p.add_argument("--stream", help="stream id used in alert ids (default as replay names it)")
+    p.add_argument("--channels", help="comma-separated dataset columns (before --rename)")
+    p.add_argument("--rename", help="DATA=MODEL channel renames, e.g. O2Sat=SpO2")
+    p.add_argument("--providers", default="auto", help="onnxruntime providers: auto, cpu, cuda, tensorrt")
+    p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """``trep-edge score``: score a recorded file offline; write the CSV and the PNG."""
+    from trep_edge.runtime.service.config import load_config
+    from trep_edge.runtime.core.engine import load_engine
+    from trep_edge.datasets.paths import resolve
+
+    from trep_edge.runtime.service.replay import load_series, parse_rename
+    from trep_edge.runtime.service.score_file import score_recording, write_csv, write_plot
+
+    config = load_config(args.config, os.environ, {})
+    engine = load_engine(args.model, args.providers)
+    channels = args.channels.split(",") if args.channels else None
+    series_list = load_series(resolve(args.data, args.data_root), channels, parse_rename(args.rename),
+                              args.series + 1, args.stream)  # fmt: skip
+    if args.series >= len(series_list):
+        raise ValueError(f"--series {args.series}: the data has only {len(series_list)} series")
+    series = series_list[args.series]
+    result = score_recording(engine, series, config.alerts, config.detector)
+    stem = Path(args.out or f"runs/score/{series.stream}.csv")
+    write_csv(result, stem)
+    print(f"{series.stream}: {len(result.raw)} steps scored with {engine.card.name} (sha256 {engine.sha256[:12]})")
+    print(f"detector alerts at steps {result.alerts.nonzero()[0].tolist()[:20]}"
+          + (" ..." if result.alerts.sum() > 20 else ""))  # fmt: skip
+    for step, state, severity, alert_id in result.events:
+        why = result.explanations.get(step)
+        print(f"  step {step}: {alert_id} {state} ({severity})" + (f", top: {', '.join(why.top)}" if why else ""))
+    if result.labels is not None and result.labels.any():
+        idx = result.labels.nonzero()[0]
+        print(f"labelled anomaly steps {idx[0]}..{idx[-1]} ({int(result.labels.sum())} steps)")
+    print(f"CSV: {stem}")
+    if not args.no_plot:
+        png = Path(args.plot) if args.plot else stem.with_suffix(".png")
+        write_plot(result, png, f"{series.stream} scored by {engine.card.name}")
+        print(f"PNG: {png}")
+    return 0
