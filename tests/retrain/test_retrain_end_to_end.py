@@ -18,6 +18,7 @@ from trep_edge.runtime.service.replay import Publisher, load_series, replay
 
 TOPIC = "sensors/{stream}/telemetry"
 SWITCH = 4000  # steps replayed before retraining; the rest streams while the new model is promoted
+HELD = 500  # the last steps, sent only once the new model is in: the swap always lands mid-stream
 TINY = ["--repr-dims", "16", "--hidden-dims", "24", "--depth", "3", "--batch-size", "8", "--max-train-length", "256"]
 
 
@@ -50,6 +51,7 @@ def test_archive_retrain_promote_hot_swap_without_dropping_a_reading(tmp_path, b
     t0 = float(int(time.time()))
     publisher = Publisher("127.0.0.1", broker.port)
     publisher.wait_connected()
+    swapped = threading.Event()
     try:
         replay([series], publisher, TOPIC, rate=0, t0=t0, limit=SWITCH)
         out.wait_count("trep-edge/scores/ucr135", SWITCH, timeout=40)
@@ -66,9 +68,15 @@ def test_archive_retrain_promote_hot_swap_without_dropping_a_reading(tmp_path, b
         _json_of(capsys, ["export", trained["checkpoint"], "--out", str(candidate), "--window", "64",
                           "--calibration-steps", "500"])  # fmt: skip
 
-        # The rest of the series streams while the candidate is promoted and swapped in.
-        rest = threading.Thread(target=replay, args=([series], publisher, TOPIC),
-                                kwargs={"rate": 100, "t0": t0, "start": SWITCH})  # fmt: skip
+        # The rest of the series streams while the candidate is promoted and swapped in. Its last HELD readings wait
+        # for the swap, so the swap lands mid-stream however long promote takes on a loaded box.
+
+        def stream_the_rest() -> None:
+            replay([series], publisher, TOPIC, rate=100, t0=t0, start=SWITCH, limit=n - HELD - SWITCH)
+            swapped.wait(300)
+            replay([series], publisher, TOPIC, rate=100, t0=t0, start=n - HELD)
+
+        rest = threading.Thread(target=stream_the_rest)
         rest.start()
         report = _json_of(capsys, ["promote", str(candidate), "--archive", str(archive), "--target", str(model),
                                    "--calibration-steps", "1000", "--max-alert-ratio", "10", "--min-alert-rate", "0.01"])
@@ -77,12 +85,13 @@ def test_archive_retrain_promote_hot_swap_without_dropping_a_reading(tmp_path, b
         out.wait_for(lambda c: c.select(status_topic)[-1].json()["model_sha256"] == report["sha256"], timeout=20,
                      what="the new sha256 on the status topic")  # fmt: skip
         swapped_while_streaming = rest.is_alive()
-        # Closing the publisher while the replay still runs would drop its last readings: wait for the replay to end
-        # (35 s of streaming at 100 readings/s; longer on a loaded box).
+        swapped.set()
+        # Closing the publisher while the replay still runs would drop its last readings: wait for the replay to end.
         rest.join(180)
         assert not rest.is_alive(), "the second replay did not finish within 180 s"
         assert publisher.flush() == 0
     finally:
+        swapped.set()  # a failed promote must not leave the replay waiting
         publisher.close()
     scores = out.wait_count("trep-edge/scores/ucr135", n, timeout=120)
     steps = [m.json()["step"] for m in scores]
