@@ -35,7 +35,8 @@ from trep_edge.datasets.paths import resolve
 from trep_edge.datasets.physionet import VITALS, iter_patients
 from trep_edge.runtime.core.detector import DetectorConfig
 from trep_edge.runtime.core.engine import load_engine
-from trep_edge.runtime.core.model_card import METADATA_KEY, ModelCard
+from trep_edge.runtime.core.model_card import ModelCard
+from trep_edge.runtime.core.model_file import METADATA_KEY
 from trep_edge.runtime.core.monitor import Monitor
 from trep_edge.runtime.core.reading import Reading
 from trep_edge.runtime.core.windows import WindowConfig

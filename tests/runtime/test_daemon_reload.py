@@ -12,7 +12,8 @@ import pytest
 from broker import broker, collectors, daemon_tables, daemons, publish, toml_text  # noqa: F401 - fixtures
 
 from trep_edge.runtime.core.engine import file_sha256
-from trep_edge.runtime.core.model_card import METADATA_KEY, ModelCard
+from trep_edge.runtime.core.model_card import ModelCard
+from trep_edge.runtime.core.model_file import METADATA_KEY
 
 TOPIC = "sensors/{stream}/telemetry"
 

@@ -15,7 +15,8 @@ import pytest
 
 from trep_edge.runtime.service.config import ConfigError, load_config
 from trep_edge.runtime.core.engine import load_engine
-from trep_edge.runtime.core.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, Scoring, sidecar_path
+from trep_edge.runtime.core.model_card import Scoring, sidecar_path
+from trep_edge.runtime.core.model_file import GRAPH_KEY_PREFIX, METADATA_KEY
 from trep_edge.runtime.core.offline import prepare, sliding_windows
 
 from broker import Collector, broker, daemon_tables, daemons  # noqa: F401 - fixtures

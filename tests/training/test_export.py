@@ -7,7 +7,8 @@ import onnx
 import pytest
 
 from trep_edge.runtime.core.engine import choose_providers, load_engine
-from trep_edge.runtime.core.model_card import METADATA_KEY, ModelCard, ModelCardError, sidecar_path
+from trep_edge.runtime.core.model_card import ModelCard, ModelCardError, sidecar_path
+from trep_edge.runtime.core.model_file import METADATA_KEY
 
 
 def test_graph_has_the_contract_and_a_current_opset(univariate_model):

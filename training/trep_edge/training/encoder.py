@@ -113,15 +113,20 @@ class TRepEncoder(nn.Module):
         """τ for time indices ``t`` ``[B,T]`` (None without a time-embedding module)."""
         return None if self.time_embedding is None else self.time_embedding(t)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """Encode; a step is zeroed after projection (bias included) if masked or if any channel is NaN."""
-        missing = torch.isnan(x).any(dim=-1)
+    def input_stage(self, x: torch.Tensor, mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """The first block's input ``[..., H + te]`` for steps ``x [..., C]``, keep-mask and time index ``[...]``.
+
+        The projection of ``x`` (NaN read as 0) is zeroed, bias included, where the step is masked or any channel
+        is NaN; τ(t) is concatenated. Every graph variant starts here (``pruned_graph.py``, ``step_graph.py``).
+        """
+        nan = torch.isnan(x)
+        keep = mask & ~nan.any(dim=-1)
         # torch.where builds a new tensor: the caller's NaNs stay where they were.
-        u = self.projection(torch.where(torch.isnan(x), torch.zeros_like(x), x))
-        keep = mask & ~missing
-        u = u * keep.unsqueeze(-1).to(u.dtype)
+        u = self.projection(torch.where(nan, torch.zeros_like(x), x)) * keep.unsqueeze(-1).to(x.dtype)
         tau = self.embed_time(t)
-        if tau is not None:
-            u = torch.cat([u, tau.to(u.dtype)], dim=-1)
-        h = self.blocks(u.transpose(1, 2)).transpose(1, 2)
+        return u if tau is None else torch.cat([u, tau.to(u.dtype)], dim=-1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Encode ``x [B, T, C]`` (``input_stage``, then the blocks)."""
+        h = self.blocks(self.input_stage(x, mask, t).transpose(1, 2)).transpose(1, 2)
         return self.repr_dropout(h)

@@ -5,7 +5,6 @@ graph, so the threshold in the card is the one the daemon would compute on the s
 """
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import logging
@@ -23,7 +22,8 @@ import torch
 from trep_edge import __version__
 from trep_edge.runtime.service.atomic_file import write_atomically
 from trep_edge.runtime.core.engine import Engine, last_step_pair, load_engine
-from trep_edge.runtime.core.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, ModelCard, Scoring, sidecar_path
+from trep_edge.runtime.core.model_card import ModelCard, Scoring, sidecar_path
+from trep_edge.runtime.core.model_file import metadata, pack, share_weights, unpack
 from trep_edge.runtime.core.offline import detector_prior, raw_scores
 from trep_edge.runtime.core.scoring import Calibration, adjust_scores, calibrate, score_series
 from trep_edge.runtime.core.time_index import parse_time_index, time_index
@@ -92,8 +92,7 @@ when the graph does not apply to this encoder. Register a new variant here with 
 def build_graphs(encoder: TRepEncoder, window: int, names: list[str] | None = None) -> dict[str, bytes]:
     """Build the registered extra graphs ``names`` (default all) that apply to ``encoder`` at this window.
 
-    Every extra graph stores its own copy of the weights, so a deployment that knows which engine it runs can ship
-    a smaller file by naming only that graph.
+    Each comes with its own copy of the weights; ``shared_graphs`` stores them as references to the main graph's.
     """
     unknown = sorted(set(names or []) - set(GRAPH_BUILDERS))
     if unknown:
@@ -103,36 +102,36 @@ def build_graphs(encoder: TRepEncoder, window: int, names: list[str] | None = No
     return {name: blob for name, blob in built.items() if blob is not None}
 
 
-def write_card(model_path: Path, card: ModelCard, graphs: dict[str, bytes] | None = None) -> None:
-    """Store the card (and the extra graphs it lists) in the ONNX metadata, and the card beside the file.
+def shared_graphs(model_path: Path, graphs: dict[str, bytes]) -> dict[str, bytes]:
+    """``graphs`` as the model file stores them: each weight equal to one of the main graph's kept there only."""
+    main = model_path.read_bytes()
+    return {name: share_weights(main, blob) for name, blob in graphs.items()}
 
-    The graph bytes come from ``graphs`` or, for a name not given there, from the file's current metadata, so a
-    card can be rewritten (calibration, precision) without rebuilding graphs. A graph the card does not list is
-    dropped; one whose bytes do not match the card's sha256 is an error.
+
+def write_card(model_path: Path, card: ModelCard, graphs: dict[str, bytes] | None = None) -> None:
+    """Store the card (and the extra graphs it lists) in the model file, and the card beside the file.
+
+    The graph bytes (as stored: ``shared_graphs``) come from ``graphs`` or, for a name not given there, from the
+    file's current contents, so a card can be rewritten (calibration, precision) without rebuilding graphs. A graph
+    the card does not list is dropped; one whose bytes do not match the card's sha256 is an error.
     """
     card.validate()
-    model = onnx.load(str(model_path))
-    blobs = {p.key[len(GRAPH_KEY_PREFIX) :]: base64.b64decode(p.value)
-             for p in model.metadata_props if p.key.startswith(GRAPH_KEY_PREFIX)}  # fmt: skip
-    blobs.update(graphs or {})
-    del model.metadata_props[:]
-    entry = model.metadata_props.add()
-    entry.key, entry.value = METADATA_KEY, card.to_json()
-    for name, info in sorted(card.graphs.items()):
+    data = model_path.read_bytes()
+    blobs = {**unpack(metadata(data)).graphs, **(graphs or {})}
+    for name, info in card.graphs.items():
         if name not in blobs:
             raise ValueError(f"the card lists graph {name!r} but no bytes were given or found in {model_path}")
         if hashlib.sha256(blobs[name]).hexdigest() != info["sha256"]:
             raise ValueError(f"graph {name!r} does not match the sha256 in the card: rebuild it with graph_entry()")
-        entry = model.metadata_props.add()
-        entry.key, entry.value = GRAPH_KEY_PREFIX + name, base64.b64encode(blobs[name]).decode()
+    packed = pack(data, card.to_json(), {name: blobs[name] for name in card.graphs})
     # 0644: a model is read by the daemon's own (often dynamic) service user; mkstemp would leave it 0600.
-    blob, card_text = model.SerializeToString(), card.to_json().encode()
-    write_atomically(model_path, lambda fh: fh.write(blob), mode=0o644)
+    card_text = card.to_json().encode()
+    write_atomically(model_path, lambda fh: fh.write(packed), mode=0o644)
     write_atomically(sidecar_path(model_path), lambda fh: fh.write(card_text), mode=0o644)
 
 
 def graph_entry(blob: bytes, window: int) -> dict:
-    """The card's description of an embedded graph: its identity and the window it was built for."""
+    """The card's description of an embedded graph (stored bytes): its identity and the window it was built for."""
     return {"sha256": hashlib.sha256(blob).hexdigest(), "window": window, "bytes": len(blob)}
 
 
@@ -278,13 +277,13 @@ def make_general(encoder: TRepEncoder, card: ModelCard) -> None:
     card.weights_sha256 = weights_sha256(encoder)
 
 
-def embed_graphs(model_path: Path, encoder: TRepEncoder) -> ModelCard:
-    """Add every registered extra graph to an already exported model of ``encoder``'s weights, card otherwise kept.
+def embed_graphs(model_path: Path, encoder: TRepEncoder, names: list[str] | None = None) -> ModelCard:
+    """(Re)build the extra graphs ``names`` (default all registered) of a model of ``encoder``'s weights, card kept.
 
-    For models exported before extra graphs existed: the full graph, calibration and scoring stay as they are.
+    For models exported before extra graphs existed or before they shared weights (``repack.py``): the full graph,
+    calibration and scoring stay as they are.
     """
-    model = onnx.load(str(model_path))
-    text = next((p.value for p in model.metadata_props if p.key == METADATA_KEY), None)
+    text = unpack(metadata(model_path.read_bytes())).card_text
     if text is None:
         raise ValueError(f"{model_path} has no model card: export it with `trep-edge export` instead")
     card = ModelCard.from_json(text, source=f"{model_path} card")
@@ -292,7 +291,7 @@ def embed_graphs(model_path: Path, encoder: TRepEncoder) -> ModelCard:
         raise ValueError(f"{model_path} is a {card.precision} variant; variants carry only the full graph")
     if weights_sha256(encoder) != card.weights_sha256:
         raise ValueError(f"the encoder's weights are not those of {model_path} (weights_sha256 differs)")
-    graphs = build_graphs(encoder, card.window)
+    graphs = shared_graphs(model_path, build_graphs(encoder, card.window, names))
     card.graphs = {name: graph_entry(blob, card.window) for name, blob in graphs.items()}
     write_card(model_path, card, graphs)
     return card
@@ -316,7 +315,7 @@ def export_encoder(
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         staged = Path(tmp) / out.name
         export_graph(encoder, staged)
-        graphs = build_graphs(encoder, card.window, graph_names)
+        graphs = shared_graphs(staged, build_graphs(encoder, card.window, graph_names))
         card.graphs = {name: graph_entry(blob, card.window) for name, blob in graphs.items()}
         write_card(staged, card, graphs)
         if calibration_series:

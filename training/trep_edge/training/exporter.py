@@ -9,7 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import onnx
+import onnx_ir as ir
 import torch
+from onnxscript.optimizer import optimize_ir
 
 OPSET = 18
 
@@ -22,8 +24,14 @@ def export_module(
     output_names: list[str],
     dynamic: dict,
     opset: int = OPSET,
+    keep_weights: bool = False,
 ) -> None:
-    """Export ``module`` with the project's exporter settings (dynamo, ``opset``) and run the full ONNX checker."""
+    """Export ``module`` with the project's exporter settings (dynamo, ``opset``) and run the full ONNX checker.
+
+    ``keep_weights``: optimise as usual but fold no op that reads a weight, so the graph holds the module's weights
+    byte for byte as the full graph does and the model file can store them once
+    (``runtime/trep_edge/runtime/core/model_file.py``); onnxruntime still folds layouts at load.
+    """
     module.eval()  # inference graphs: also keeps torch from warning that a wrapper is still in training mode
     torch.onnx.export(
         module,
@@ -36,5 +44,19 @@ def export_module(
         dynamic_shapes=dynamic,
         external_data=False,
         verbose=False,
+        optimize=not keep_weights,
     )
+    if keep_weights:
+        model = ir.load(str(path))
+        optimize_ir(model, should_fold=_reads_no_weight)
+        # The exporter's per-node stack traces would be most of the bytes of a graph stored inside another file.
+        for node in model.graph:
+            node.metadata_props.clear()
+        ir.save(model, str(path))
     onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+
+
+def _reads_no_weight(node: ir.Node) -> bool | None:
+    """False (do not fold) for an op on a float initializer, whose folded output would be a second weight copy."""
+    weights = [v for v in node.inputs if v is not None and v.is_initializer() and v.dtype == ir.DataType.FLOAT]
+    return False if weights else None

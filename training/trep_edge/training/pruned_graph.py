@@ -122,14 +122,9 @@ class LastStepEncoder(nn.Module):
             self.register_buffer(f"skip_{i}", torch.tensor([_rows(plan.inputs)[p] for p in plan.outputs]))
 
     def block_inputs(self, x: torch.Tensor, mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """The first block's input at the planned positions: projection, keep-mask, then τ (as the encoder does)."""
+        """The encoder's input stage at the planned positions."""
         x, mask, t = (v.index_select(1, self.input_positions) for v in (x, mask, t))
-        enc = self.encoder
-        nan = torch.isnan(x)
-        keep = (mask & ~nan.any(dim=-1)).unsqueeze(-1)
-        u = enc.projection(torch.where(nan, torch.zeros_like(x), x)) * keep.to(x.dtype)
-        tau = enc.embed_time(t)
-        return u if tau is None else torch.cat([u, tau.to(u.dtype)], dim=-1)
+        return self.encoder.input_stage(x, mask, t)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """``z_last [B, F]`` for ``x [B, W, C]``, ``mask [B, W]``, ``t [B, W]``."""
@@ -228,5 +223,5 @@ def _export(module: LastStepEncoder, outputs: list[str]) -> bytes:
     dynamic = {name: {0: batch} for name in INPUT_NAMES}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "graph.onnx"
-        export_module(module, example, path, INPUT_NAMES, outputs, dynamic)
+        export_module(module, example, path, INPUT_NAMES, outputs, dynamic, keep_weights=True)
         return path.read_bytes()

@@ -11,23 +11,21 @@ Inputs: ``x [S, C]`` prepared values of the new step (NaN = missing), ``t [S]`` 
 convolution j (two per block, in order) ``tap{j} [S, K−1, width_j]`` (oldest first; zeros = the zero padding
 before the window). Outputs: ``z_unmasked [S, F]``, ``z_masked [S, F]`` (the step with its reading masked, history
 unmasked: the pair the streaming score compares) and ``push{j} [S, width_j]`` (the unmasked activation).
-The layout (kernel, dilation and width of every convolution) is stored in the graph's metadata under
-``LAYOUT_KEY``. With the receptive field ≤ the card's window, feeding a window's steps through this graph gives
+The layout (kernel, dilation and width of every convolution) is stored in the graph's metadata
+(``model_file.with_step_layout``). With the receptive field ≤ the card's window, feeding a window's steps through this graph gives
 the windowed graph's last-step output exactly (docs/causal.md).
 """
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 from pathlib import Path
 
-import onnx
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trep_edge.runtime.core.step_engine import LAYOUT_KEY
+from trep_edge.runtime.core.model_file import with_step_layout
 
 from trep_edge.training.encoder import DilatedBlock, TRepEncoder, receptive_field
 from trep_edge.training.exporter import export_module
@@ -80,15 +78,10 @@ class StepEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, *taps: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """``(z_unmasked, z_masked, push_0, …)`` for the new step (module docstring)."""
-        enc = self.encoder
-        missing = torch.isnan(x).any(dim=-1, keepdim=True)
-        u = enc.projection(torch.where(torch.isnan(x), torch.zeros_like(x), x))
-        u = torch.cat([u * (~missing).to(u.dtype), torch.zeros_like(u)])
-        tau = enc.embed_time(t.unsqueeze(-1))
-        if tau is not None:
-            u = torch.cat([u, tau[:, 0].to(u.dtype).repeat(2, 1)], dim=-1)
-        h, pushes = u, []
-        for i, block in enumerate(enc.blocks):
+        # Rows 0..S−1: the new step; rows S..2S−1: the same step with its reading masked.
+        keep = torch.cat([torch.ones_like(t, dtype=torch.bool), torch.zeros_like(t, dtype=torch.bool)])
+        h, pushes = self.encoder.input_stage(x.repeat(2, 1), keep, t.repeat(2)), []
+        for i, block in enumerate(self.encoder.blocks):
             h, p1, p2 = self._block(block, h, taps[2 * i : 2 * i + 2])
             pushes += [p1, p2]
         s = x.shape[0]
@@ -112,12 +105,10 @@ def export_step_graph(encoder: TRepEncoder, path: Path) -> dict:
     dynamic = {"x": {0: streams}, "t": {0: streams}, "taps": tuple({0: streams} for _ in range(n_taps))}
     with torch.no_grad():
         export_module(step, example, path, ["x", "t"] + [f"tap{j}" for j in range(n_taps)],
-                      ["z_unmasked", "z_masked"] + [f"push{j}" for j in range(n_taps)], dynamic)  # fmt: skip
+                      ["z_unmasked", "z_masked"] + [f"push{j}" for j in range(n_taps)], dynamic,
+                      keep_weights=True)  # fmt: skip
     layout = step.layout()
-    model = onnx.load(str(path))
-    entry = model.metadata_props.add()
-    entry.key, entry.value = LAYOUT_KEY, json.dumps(layout, sort_keys=True)
-    onnx.save(model, str(path))
+    path.write_bytes(with_step_layout(path.read_bytes(), layout))
     return layout
 
 

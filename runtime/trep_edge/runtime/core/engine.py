@@ -4,8 +4,8 @@ Loading refuses a model whose card is missing, malformed, or disagrees with the 
 what differs; asking for a GPU provider that is not there falls back to CPU loudly (log and ``status``).
 
 Engine selection. Besides the full graph (every step of the window), a model file may carry extra graphs of the
-same weights: base64 ONNX in its metadata under ``trep_edge.graph.<name>``, listed with their sha256 in the card's
-``graphs``. Each one whose bytes match gets a session (``Engine.graphs``) and, if ``CANDIDATES`` knows its name,
+same weights, listed with their sha256 in the card's ``graphs`` (the file format: ``model_file``). Each one whose
+bytes match gets a session (``Engine.graphs``) sharing the main graph's weights and, if ``CANDIDATES`` knows its name,
 becomes a ``Candidate``: an object with ``pair(windows, starts)`` (the contract of ``Engine.last_step_pair``) and
 ``seconds_per_window``. ``select_engine`` checks every candidate's pair against the full graph's on probe windows
 (random values, NaNs, a mostly missing window, the masked last step) to ``EXACT_TOLERANCE``, times the exact
@@ -21,7 +21,6 @@ for a batch of streams with warm state). The Monitor reads ``engine.selected == 
 """
 from __future__ import annotations
 
-import base64
 import hashlib
 import logging
 import time
@@ -32,7 +31,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from trep_edge.runtime.core.model_card import GRAPH_KEY_PREFIX, METADATA_KEY, ModelCard, ModelCardError, sidecar_path
+from trep_edge.runtime.core.model_card import ModelCard, ModelCardError, sidecar_path
+from trep_edge.runtime.core.model_file import METADATA_KEY, SharedWeights, unpack
 from trep_edge.runtime.core.step_engine import StepCandidate
 from trep_edge.runtime.core.time_index import TimeIndex, parse_time_index, time_index
 
@@ -76,12 +76,12 @@ def choose_providers(requested: str | list[str] = "auto") -> tuple[list[str], li
 
 def read_card(session: ort.InferenceSession, model_path: Path) -> ModelCard:
     """The card from the ONNX metadata; a sidecar JSON, when present, must say the same."""
-    meta = session.get_modelmeta().custom_metadata_map
-    if METADATA_KEY not in meta:
+    text = unpack(session.get_modelmeta().custom_metadata_map).card_text
+    if text is None:
         raise ModelCardError(
             f"{model_path} has no model card (metadata key {METADATA_KEY!r}): export it with `trep-edge export`"
         )
-    card = ModelCard.from_json(meta[METADATA_KEY], source=f"{model_path} card")
+    card = ModelCard.from_json(text, source=f"{model_path} card")
     side = sidecar_path(model_path)
     if side.is_file():
         side_card = ModelCard.from_json(side.read_text(), source=str(side))
@@ -255,6 +255,8 @@ class Engine:
     selected: str = "full"
     selection_reason: str = "the full graph (no selection run)"
     candidates: dict[str, str] = field(default_factory=dict)
+    weights: SharedWeights | None = field(default=None, repr=False)
+    """The weights every session of this model uses (onnxruntime does not copy them): kept alive with the sessions."""
     convention: TimeIndex = field(init=False, repr=False)
     _chosen: Candidate = field(init=False, repr=False)
 
@@ -352,25 +354,28 @@ def select_engine(engine: Engine, mode: str = "auto", timing_windows: int = 16) 
 
 
 def _graph_sessions(
-    meta: dict[str, str], card: ModelCard, path: Path, options: ort.SessionOptions, providers: list[str]
+    stored: dict[str, bytes], weights: SharedWeights, card: ModelCard, path: Path, options: ort.SessionOptions,
+    providers: list[str],
 ) -> tuple[dict[str, ort.InferenceSession], dict[str, str]]:
-    """Sessions for the embedded graphs whose bytes match the card; the others with why they were skipped."""
+    """Sessions for the embedded graphs whose bytes match the card; the others with why they were skipped.
+
+    A graph whose shared weights are missing or damaged is not skipped: the file is refused (``SharedWeights.restore``).
+    """
     sessions, skipped = {}, {}
     for name, info in card.graphs.items():
-        text = meta.get(GRAPH_KEY_PREFIX + name)
-        if text is None:
+        blob = stored.get(name)
+        if blob is None:
             skipped[name] = "listed in the card but not embedded in the model file"
         elif info.get("window", card.window) != card.window:
             skipped[name] = f"built for window {info.get('window')}, the card's window is {card.window}"
+        elif hashlib.sha256(blob).hexdigest() != info["sha256"]:
+            skipped[name] = "its bytes do not match the sha256 in the card"
         else:
-            blob = base64.b64decode(text)
-            if hashlib.sha256(blob).hexdigest() != info["sha256"]:
-                skipped[name] = "its bytes do not match the sha256 in the card"
-            else:
-                try:
-                    sessions[name] = ort.InferenceSession(blob, sess_options=options, providers=providers)
-                except Exception as exc:  # onnxruntime's own exception types: report, fall back to the others
-                    skipped[name] = f"onnxruntime cannot load it ({exc})"
+            graph = weights.restore(name, blob)
+            try:
+                sessions[name] = ort.InferenceSession(graph, sess_options=options, providers=providers)
+            except Exception as exc:  # onnxruntime's own exception types: report, fall back to the others
+                skipped[name] = f"onnxruntime cannot load it ({exc})"
     for name, why in skipped.items():
         log.warning("ENGINE %s NOT USED for %s: %s", name, path, why)
     return sessions, {name: f"refused: {why}" for name, why in skipped.items()}
@@ -391,9 +396,11 @@ def load_engine(
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
+    data = path.read_bytes()
     try:
-        session = ort.InferenceSession(str(path), sess_options=options, providers=chosen)
-    except Exception as exc:  # onnxruntime raises its own exception types for unreadable graphs
+        weights = SharedWeights(data, str(path))
+        session = ort.InferenceSession(data, sess_options=weights.options(options), providers=chosen)
+    except Exception as exc:  # onnxruntime and protobuf raise their own exception types for unreadable graphs
         raise ModelCardError(f"{path} is not a loadable ONNX model: {exc}") from exc
     actual = session.get_providers()
     if actual[0] != chosen[0]:
@@ -401,8 +408,9 @@ def load_engine(
         log.warning("EXECUTION PROVIDER FALLBACK: %s", fallback)
     card = read_card(session, path)
     check_graph(session, card, path)
-    meta = session.get_modelmeta().custom_metadata_map
-    graphs, refused = _graph_sessions(meta, card, path, options, chosen)
-    loaded = Engine(path, session, card, file_sha256(path), actual, fallback, graphs=graphs, candidates=refused)
+    stored = unpack(session.get_modelmeta().custom_metadata_map).graphs
+    graphs, refused = _graph_sessions(stored, weights, card, path, options, chosen)
+    loaded = Engine(path, session, card, hashlib.sha256(data).hexdigest(), actual, fallback, graphs=graphs,
+                    candidates=refused, weights=weights)  # fmt: skip
     select_engine(loaded, engine)
     return loaded

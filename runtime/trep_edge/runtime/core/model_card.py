@@ -1,8 +1,8 @@
 """The model card: what a runtime must know to feed a model and judge its scores (docs/model-contract.md).
 
-It travels twice: inside the ONNX file (``metadata_props["trep_edge.card"]``) and as ``NAME.card.json`` beside it.
-Extra graphs of the same model (e.g. ``last_step``) travel only inside the file, base64 under
-``trep_edge.graph.<name>``, and the card's optional ``graphs`` field names each with its sha256.
+It travels twice: inside the ONNX file and as ``NAME.card.json`` beside it. Extra graphs of the same model (e.g.
+``last_step``) travel only inside the file, and the card's optional ``graphs`` field names each with the sha256 of
+its stored bytes. Where each part sits in the file: ``runtime/trep_edge/runtime/core/model_file.py``.
 """
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ from trep_edge.runtime.core.scoring import Calibration
 from trep_edge.runtime.core.time_index import parse_time_index
 
 SCHEMA_VERSION = 1
-METADATA_KEY = "trep_edge.card"
-GRAPH_KEY_PREFIX = "trep_edge.graph."
 TIME_EMBEDDINGS = ("time2vec", "mlp", "rbf", "none")
 PRECISIONS = ("fp32", "fp16", "int8")
 SCALINGS = ("card", "stream")

@@ -34,9 +34,8 @@ import numpy as np
 import onnxruntime as ort
 
 from trep_edge.runtime.core.model_card import ModelCard
+from trep_edge.runtime.core.model_file import STEP_LAYOUT_KEY, step_layout
 from trep_edge.runtime.core.time_index import parse_time_index, time_index
-
-LAYOUT_KEY = "trep_edge.step_layout"
 
 
 @dataclass(frozen=True)
@@ -61,10 +60,10 @@ class StepLayout:
     @classmethod
     def from_session(cls, session: ort.InferenceSession) -> "StepLayout":
         """Read the layout from the graph's metadata, refusing a graph without one."""
-        text = session.get_modelmeta().custom_metadata_map.get(LAYOUT_KEY)
-        if text is None:
-            raise ValueError(f"the step graph has no {LAYOUT_KEY!r} metadata: re-export the model with `trep-edge export`")
-        data = json.loads(text)
+        data = step_layout(session.get_modelmeta().custom_metadata_map)
+        if data is None:
+            raise ValueError(f"the step graph has no {STEP_LAYOUT_KEY!r} metadata: re-export the model with "
+                             "`trep-edge export`")
         return cls(int(data["kernel_size"]), tuple(data["dilations"]), tuple(data["widths"]), int(data["receptive_field"]))
 
 
