@@ -23,6 +23,8 @@ from trep_edge.runtime.core.sharding import shard_of
 STREAMS, LENGTH, SPIKES, RATE = 6, 560, [100, 460], 80.0
 CHECKPOINT, TICK = 0.5, 0.1
 KILLED = 2  # owns 3 of the 6 streams
+# max_gap = LENGTH: the readings sent while the killed shard restarts never reset its streams, however long the
+# restart takes on a loaded box (80 readings/s outran a 200-step gap in 2.5 s); a reset would warm them up again.
 
 
 def test_a_killed_shard_resumes_warm_and_the_others_are_unaffected(tmp_path, broker, collectors, univariate_model,
@@ -31,7 +33,7 @@ def test_a_killed_shard_resumes_warm_and_the_others_are_unaffected(tmp_path, bro
     reference = references(univariate_model, series)
     owned = {i: [s.stream for s in series if shard_of(s.stream, 3) == i] for i in range(3)}
     assert all(owned.values()) and len(owned[KILLED]) == 3
-    shards = [shard_daemon(broker, univariate_model, tmp_path / f"shard{i}", f"{i}/3", windows={"max_gap": 200},
+    shards = [shard_daemon(broker, univariate_model, tmp_path / f"shard{i}", f"{i}/3", windows={"max_gap": LENGTH},
                            monitor={"tick_interval": TICK}, state={"checkpoint_interval": CHECKPOINT})
               for i in range(3)]  # fmt: skip
     try:
