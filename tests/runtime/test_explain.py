@@ -76,7 +76,7 @@ def test_a_level_shift_in_one_of_seven_vitals_is_named_first_and_trep_edge_score
     assert seen == dict(zip(channels, values[at].tolist()))
     assert abs(expected["SBP"] - 125) < 5 and abs(expected["HR"] - 80) < 3  # the window's median, in mmHg and bpm
 
-    offline = detect_recording(icu_engine, values, explain_channels=channels)
+    offline = detect_recording(icu_engine, values, channels=channels, alerts=AlertConfig())
     assert offline.alerts.nonzero()[0].tolist() == [at]
     assert_same_explanation(why, offline.explanations[at])
     # Explanations off: the same alert, without one.
@@ -100,7 +100,7 @@ def test_a_spike_in_one_of_seven_channels_of_the_general_model_is_named_first_at
     why = alerts[0].explanation
     assert why.channels[0] == "c4" and why.top == ("c4",) and why.contribution[0] > 0.5  # more than all others
     assert dict(zip(why.channels, why.seen)) == dict(zip(channels, values[at].tolist()))
-    assert_same_explanation(why, detect_recording(general_engine, values, explain_channels=channels).explanations[at])
+    assert_same_explanation(why, detect_recording(general_engine, values, channels=channels, alerts=AlertConfig()).explanations[at])
 
 
 def test_trep_edge_score_writes_the_explanation_of_each_raised_episode_and_none_when_off(tmp_path, icu_engine):

@@ -93,6 +93,26 @@ def test_streaming_equals_offline_from_a_cold_start_without_a_card_prior(ucr_ser
     assert_same_as_offline(scored, expected, 1.0)
 
 
+def test_offline_scoring_is_the_monitor_fed_reading_by_reading_across_short_and_long_gaps(ucr_series,
+                                                                                          univariate_engine):
+    times = np.r_[np.arange(300), np.arange(310, 600), np.arange(700, 1000)]  # 10 missing steps, then 100: a reset
+    values = ucr_series.values[times].reshape(-1, 1)
+    detector, windows = DetectorConfig(threshold=1.0, refractory=20), WindowConfig(max_gap=30)
+    offline = detect_recording(univariate_engine, values, detector, windows=windows, timestamps=T0 + times)
+    monitor = Monitor(univariate_engine, windows, detector=detector)
+    scored, _ = run(monitor, [value("ucr", t, v) for t, v in zip(times, values[:, 0])])  # a tick per reading
+    assert monitor.counters["resets"] == 1 and monitor.counters["gap_filled_steps"] == 10
+    # The first two readings after the long gap wait for a third that far ahead (jump_confirm), then the stream resets.
+    assert monitor.counters["ahead"] == 2 and np.isnan(offline.raw[590:592]).all()
+    kept = np.r_[0:590, 592:len(times)]  # row 590 is step 700
+    assert [s.step - T0 for s in scored] == times[kept].tolist()
+    for field in ("raw", "surprise", "score", "warming"):
+        streamed = [getattr(s, field) for s in scored]
+        np.testing.assert_array_equal(streamed, getattr(offline, field)[kept], err_msg=field)
+    np.testing.assert_array_equal([s.alert for s in scored], offline.alerts[kept])
+    assert offline.alerts.any() and offline.warming[592] and not offline.warming[589]  # warm-up restarts at the reset
+
+
 # many streams, one engine call
 
 

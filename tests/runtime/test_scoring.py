@@ -1,22 +1,13 @@
+"""The paper protocol's scores (``runtime.core.scoring``) and its alert rule (``evaluation.paper_protocol``)."""
 import json
 
 import numpy as np
 import pytest
 
-from trep_edge.runtime.core.scoring import (
-    EPS,
-    Calibration,
-    Detector,
-    OnlineCalibration,
-    ScoreHistory,
-    StreamScorer,
-    adjust_scores,
-    calibrate,
-    detect,
-    raw_score,
-    score_series,
-    threshold,
-)
+from trep_edge.runtime.core.scoring import (EPS, Calibration, ScoreHistory, adjust_scores, calibrate, raw_score,
+                                            threshold)
+from trep_edge.training.evaluation.paper_protocol import (DelayRule, OnlineCalibration, StreamScorer, detect,
+                                                          score_series)
 from round_trips import json_round_trip, npz_round_trip
 
 
@@ -219,7 +210,7 @@ def test_detector_equals_detect_with_interleaved_streams():
     for s in series:
         s[rng.random(s.size) < 0.05] = np.nan
     thr = [rng.normal(1.0, 0.2, size=n) for n in lengths]
-    det = Detector(delay=3, n_streams=3)
+    det = DelayRule(delay=3, n_streams=3)
     got = [np.zeros(n, dtype=bool) for n in lengths]
     for streams, pos in interleave(rng, lengths):
         alerts = det.step(
@@ -305,7 +296,7 @@ def test_state_parts_round_trip_keep_config_and_arrays(round_trip):
     restored = OnlineCalibration.from_state(round_trip(online.state_dict()))
     assert (restored.beta, restored.min_count) == (2.0, 7)
     np.testing.assert_array_equal(restored.count_, [0, 1])
-    assert Detector.from_state(round_trip(Detector(delay=6, n_streams=1).state_dict())).delay == 6
+    assert DelayRule.from_state(round_trip(DelayRule(delay=6, n_streams=1).state_dict())).delay == 6
 
 
 def test_from_state_rejects_inconsistent_arrays():

@@ -25,10 +25,11 @@ from trep_edge.runtime.core.engine import Engine, last_step_pair, load_engine
 from trep_edge.runtime.core.model_card import ModelCard, Scoring, sidecar_path
 from trep_edge.runtime.core.model_file import metadata, pack, share_weights, unpack
 from trep_edge.runtime.core.offline import detector_prior, raw_scores
-from trep_edge.runtime.core.scoring import Calibration, adjust_scores, calibrate, score_series
+from trep_edge.runtime.core.scoring import Calibration, adjust_scores, calibrate
 from trep_edge.runtime.core.time_index import parse_time_index, time_index
 
 from trep_edge.training.encoder import TRepEncoder
+from trep_edge.training.evaluation.paper_protocol import score_series
 from trep_edge.training.exporter import OPSET, export_module
 from trep_edge.training.pruned_graph import last_step_graph, pruned_pair_graph
 from trep_edge.training.step_graph import step_graph

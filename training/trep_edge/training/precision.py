@@ -17,10 +17,11 @@ import onnx
 from trep_edge.runtime.core.engine import Engine, load_engine, seconds_per_window
 from trep_edge.runtime.core.model_card import sidecar_path
 from trep_edge.runtime.core.offline import raw_scores, sliding_windows
-from trep_edge.runtime.core.scoring import adjust_scores, detect, threshold
+from trep_edge.runtime.core.scoring import adjust_scores, threshold
 from trep_edge.runtime.core.time_index import time_index
 
 from trep_edge.training.export import write_card
+from trep_edge.training.evaluation.paper_protocol import detect
 
 # p99 of |Δ adjusted score| must stay within this many σ (β moves by ≤ 0.1 for 99 % of readings, 2.5 % of β = 4),
 # and no single reading may move by more than MAX_TOLERANCE σ.

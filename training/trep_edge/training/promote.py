@@ -7,8 +7,10 @@
 2. calibration: the threshold statistics on the archive's last ``days`` days with alert episodes left out,
    scored by ``export.calibration_stats`` (the exporter's own code path: the daemon's windows and scores);
 3. alert rate: candidate and running model score the archive's last day (alerts included: that is what the
-   operators saw); the candidate is refused when its rate exceeds ``max_ratio`` × the running model's and
-   ``min_rate`` (so a running model with no alert does not make every candidate alert fatal);
+   operators saw) through the daemon's monitor (``offline.detect_recording``: the detector's decisions, gap resets
+   at the archive's own timestamps; the daemon's ``[windows]`` and ``[detector]`` settings with ``--config``); the
+   candidate is refused when its rate exceeds ``max_ratio`` × the running model's and ``min_rate`` (so a running
+   model with no alert does not make every candidate alert fatal);
 3b. shadow (``--shadow HOURS`` with the daemon's ``--config``): the candidate then scores live telemetry beside the
    installed model for that long (``shadow.shadow_score``: its own read-only MQTT client, the daemon's monitor
    code); the comparison is written to the target's history folder as
@@ -47,8 +49,9 @@ from trep_edge.runtime.service.atomic_file import write_atomically
 from trep_edge.runtime.service.config import MonitorConfig, load_config
 from trep_edge.runtime.core.engine import Engine, file_sha256, load_engine
 from trep_edge.runtime.core.model_card import sidecar_path
-from trep_edge.runtime.core.offline import prepare, raw_scores
-from trep_edge.runtime.core.scoring import score_series
+from trep_edge.runtime.core.detector import DetectorConfig
+from trep_edge.runtime.core.offline import detect_recording, prepare
+from trep_edge.runtime.core.windows import WindowConfig
 
 from trep_edge.training.shadow import check_hours, shadow_score, summary
 
@@ -102,15 +105,18 @@ class PromotionReport:
         return out
 
 
-def alert_rate(engine: Engine, series: list[ArchivedSeries]) -> AlertRate:
-    """Score each archived series as the daemon would (window, adjusted score, card threshold); count alerts."""
+def alert_rate(engine: Engine, series: list[ArchivedSeries], config: MonitorConfig | None = None) -> AlertRate:
+    """Score each archived series through the daemon's monitor at its own timestamps (``offline.detect_recording``)
+    and count the detector's alerts per scored reading. ``config``: the daemon's settings (``[windows]``,
+    ``[detector]``); without, the defaults on the card's period (1 s when it has none)."""
+    windows = config.windows if config is not None else WindowConfig(period=engine.card.period or 1.0)
+    detector = config.detector if config is not None else DetectorConfig()
     alerts = scored = 0
-    s = engine.card.scoring
     for item in series:
-        result = score_series(raw_scores(engine, prepare(engine, item.values)), s.z, engine.card.calibration, s.beta,
-                              s.delay)  # fmt: skip
-        alerts += int(result.alerts.sum())
-        scored += int(np.isfinite(result.adjusted).sum())
+        det = detect_recording(engine, item.values, detector, item.channels, windows=windows,
+                               timestamps=item.timestamps, stream=item.stream)  # fmt: skip
+        alerts += int(det.alerts.sum())
+        scored += int((np.isfinite(det.surprise) & ~det.warming).sum())  # as the shadow run counts them
     return AlertRate(alerts, scored)
 
 
@@ -131,21 +137,20 @@ def promote(
     """Check ``candidate`` against the archive and the running ``target``; install it when every check passes.
 
     The model it replaces is kept in the target's history first (``keep``: how many models and records stay).
-    ``shadow_hours``: score live traffic beside the installed model that long first, subscribing as the daemon
-    whose settings ``config`` (its TOML file) holds.
+    ``config`` (the daemon's TOML file): its ``[windows]`` and ``[detector]`` settings score the alert rates.
+    ``shadow_hours``: score live traffic beside the installed model that long first, subscribing as that daemon.
     """
     from trep_edge.training.export import calibration_stats, parity_check, write_card  # torch: only here, not for a rollback
     from trep_edge.training.trainer import Trainer, resolve_checkpoint
 
     candidate, archive, target = Path(candidate), Path(archive), Path(target)
     _check_keep(keep)
-    monitor_config = None
     if shadow_hours is not None:  # refused before the long checks: a shadow run that cannot start
         check_hours(shadow_hours)
         if config is None or not target.is_file():
             raise ValueError("--shadow needs the daemon's --config (broker, topics, detector settings) and the "
                              "model it runs installed at --target, to score beside it")  # fmt: skip
-        monitor_config = load_config(config)
+    monitor_config = None if config is None else load_config(config)
     engine = load_engine(candidate, "cpu")
     card = engine.card
     encoder = Trainer.load(resolve_checkpoint(checkpoint or candidate, card.weights_sha256), device="cpu").inference_encoder()
@@ -164,16 +169,17 @@ def promote(
         write_card(staged, card)
         staged_engine = load_engine(staged, "cpu")
         last_day = newest - DAY
-        cand_rate = alert_rate(staged_engine, read_archive(archive, card.channels, since=last_day))
+        last_day_archive = read_archive(archive, card.channels, since=last_day)
+        cand_rate = alert_rate(staged_engine, last_day_archive, monitor_config)
         running = load_engine(target, "cpu") if target.exists() else None
         run_rate = None if running is None else alert_rate(running, read_archive(archive, running.card.channels,
-                                                                                    since=last_day))  # fmt: skip
+                                                                                    since=last_day), monitor_config)  # fmt: skip
         report = PromotionReport(str(candidate), str(target), staged_engine.sha256,
                                  {"max_abs_diff": parity.max_abs_diff, "cases": parity.cases,
                                   "alerts_identical": parity.alerts_identical, "ok": parity.ok},
                                  card.calibration.to_dict(), cand_rate, run_rate)  # fmt: skip
         report.refused = refusals(parity.ok, parity.max_abs_diff, cand_rate, run_rate, max_ratio, min_rate)
-        if monitor_config is not None and not report.refused:
+        if shadow_hours is not None and monitor_config is not None and not report.refused:
             report.shadow = run_shadow(monitor_config, target, staged, shadow_hours, keep)
             report.refused = shadow_refusals(report.shadow, max_ratio, min_rate)
         if not report.refused and not dry_run:

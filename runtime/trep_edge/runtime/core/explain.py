@@ -20,10 +20,9 @@ How the surprise is found depends on the model family:
   single values, combined as the detector combines them. The detector's short-term mean is left out: it is the
   history every channel shares and says nothing about which one deviates now.
 
-Only readings that raise or escalate an alert episode are explained (the monitor), or that reach the threshold
-(``offline.detect_recording``, which cannot know the episodes yet), so scoring itself costs nothing more; both
-call ``explain_readings`` on the detector's state just after the reading, which is why the daemon's explanation
-equals ``trep-edge score``'s.
+Only readings that raise or escalate an alert episode are explained, by the monitor (which ``trep-edge score`` runs
+too, ``offline.detect_recording``), so scoring itself costs nothing more: ``explain_readings`` runs on the
+detector's state just after the reading, and the daemon's explanation equals ``trep-edge score``'s.
 """
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 
 ``ingest`` files a reading into its stream's window (``windows.WindowStore``); ``tick`` finalises the ready steps
 of all streams, runs the model once for all of them, and steps ``detector.Detector`` (signals, surprise, the alert
-decision) and ``alerts.AlertTracker`` (episodes to publish) once per step, vectorised across streams. The same
-``Detector`` runs offline in ``offline.detect_recording``: a recording fed through the monitor and through
-``trep-edge score`` gives the same scores and alerts.
+decision) and ``alerts.AlertTracker`` (episodes to publish) once per step, vectorised across streams. Offline
+scoring (``offline.detect_recording``: ``trep-edge score``, the detection benchmark, promotion) feeds recordings to
+this class too, so a recording scores the same offline and live.
 
 Streams and lanes. The detector judges *lanes*, each one model window: a stream of a fixed-channel model is one lane
 (named as the stream); a stream of a channel-independent model (card ``channel_mode = "independent"``) has one lane

@@ -1,39 +1,55 @@
-"""The streaming protocol run over a whole recorded series: every step scored exactly as the daemon would.
+"""A recorded series run through the daemon's own ``monitor.Monitor``, and the paper protocol's whole-window scores.
 
-Used by export calibration, ``trep-edge score``, the detection benchmark and the evaluations, so offline numbers
-and the daemon's come from the same windows, the same per-stream scaling, the same engine call and the same
-detector. ``encode_recording`` does the model's part (cacheable); ``detect_recording`` runs ``detector.Detector``
-over it one reading at a time, as the monitor does.
+``detect_recording`` is how a recording is scored (``trep-edge score``, the detection benchmark, ``promote``'s alert
+rate): its rows are fed to a ``Monitor`` as one stream's readings and the monitor is ticked every ``batch`` rows, so
+the windows, per-stream scaling, gap resets, detector, warm-up, alert episodes and explanations are the daemon's
+code, not a copy of it, and one engine call scores a tick's ``batch`` steps. ``prepare`` gives a recording's model
+input as the monitor's window store makes it (training and calibration data).
+
+The rest serves the model card, not the alert decision: ``raw_scores`` is the paper protocol's masked-vs-unmasked
+distance of every step of a prepared series (export calibration and parity, the paper's evaluations, whose delay
+rule lives in ``training/trep_edge/training/evaluation/paper_protocol.py``), and ``detector_prior`` the card's
+``detector_prior`` from prepared calibration series.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from trep_edge.runtime.core.alerts import AlertConfig
 from trep_edge.runtime.core.detector import Detector, DetectorConfig, window_deviation
 from trep_edge.runtime.core.engine import Engine
-from trep_edge.runtime.core.explain import Explanation, Subject, explain_readings
-from trep_edge.runtime.core.preprocess import (Normalisation, StreamScaler, difference, forward_fill, implausible, plausible_bounds,
-                         robust_location_scale, scale_windows)
+from trep_edge.runtime.core.explain import Explanation
+from trep_edge.runtime.core.monitor import Monitor
+from trep_edge.runtime.core.preprocess import (StreamScaler, implausible, plausible_bounds, robust_location_scale,
+                                               scale_windows)
+from trep_edge.runtime.core.reading import Reading
 from trep_edge.runtime.core.scoring import raw_score
+from trep_edge.runtime.core.windows import WindowConfig, WindowStore
+
+BATCH = 256
+"""Rows fed to the monitor between two ticks: the steps one engine call scores."""
+
+STREAM = "recording"
+"""The stream id a recording is fed under (alert ids read ``recording-1`` unless the caller names it)."""
 
 
 def prepare(engine: Engine, raw: np.ndarray) -> np.ndarray:
-    """Raw readings ``[T, C]`` in the card's channel order → differenced and normalised model input.
-
-    Implausible values (``preprocess.plausible_bounds``) are missing, as the monitor files them.
-    """
+    """Raw readings ``[T, C]`` in the card's channel order, one per step → the model input ``[T, C]`` the monitor's
+    window store makes of them (differenced, normalised; implausible values missing, as the monitor files them)."""
     card = engine.card
     values = np.asarray(raw, dtype=np.float64)
     if values.ndim != 2 or values.shape[1] != card.input_dims:
         raise ValueError(f"series must be [time, {card.input_dims}] ({card.channels}), got shape {values.shape}")
-    values = np.where(implausible(values, *plausible_bounds(card)), np.nan, values).astype(np.float32)
-    filled = forward_fill(values, card.forward_fill)[0]
-    return Normalisation.from_dict(card.normalisation).apply(difference(filled, card.differencing))
+    values = np.where(implausible(values, *plausible_bounds(card)), np.nan, values)
+    store = WindowStore(card)
+    for t, row in enumerate(values.tolist()):
+        store.ingest(Reading(STREAM, float(t), dict(zip(card.channels, row))), now=0.0)
+    return store.collect(0.0, with_windows=False).prepared.reshape(len(values), card.input_dims)
 
 
 def sliding_windows(values: np.ndarray, window: int) -> np.ndarray:
@@ -59,8 +75,8 @@ def _pairs(engine: Engine, windows: np.ndarray, start: int, batch: int) -> tuple
 def raw_scores(engine: Engine, values: np.ndarray, start: int = 0, batch: int = 256) -> np.ndarray:
     """Raw masked-vs-unmasked score of every step of a prepared series ``[T, C]`` (float64 ``[T]``, NaN = none).
 
-    ``start`` is the absolute index of the series' first step (for a periodic time index). The card's fixed
-    normalisation only: stream-scaled models go through ``encode_recording``.
+    ``start`` is the absolute index of the series' first step (for a periodic time index). The paper protocol's
+    score with the card's fixed normalisation (no per-stream scaling); the product's scores are ``detect_recording``'s.
     """
     zu, zm = _pairs(engine, sliding_windows(values, engine.card.window), start, batch)
     out = raw_score(zu, zm)
@@ -70,51 +86,87 @@ def raw_scores(engine: Engine, values: np.ndarray, start: int = 0, batch: int = 
     return out
 
 
-def recording_lanes(engine: Engine, values: np.ndarray) -> list[np.ndarray]:
-    """The model inputs of a recording ``[T, C]`` (card channel order): one prepared ``[T, C']`` per detector lane.
+@dataclass
+class Detection:
+    """A recording as the monitor scored it, per row: what ``ScoredReading`` says of the row's step (NaN, no alert and
+    warming for a row the monitor did not score: rejected, or merged into an earlier row's step), the alert episode
+    changes and the explanations they carry."""
 
-    A fixed-channel model has one lane of all channels; a channel-independent model one lane per channel.
+    raw: np.ndarray  # the paper's masked-vs-unmasked distance, summed over lanes
+    surprise: np.ndarray  # the detector's corrected surprise
+    score: np.ndarray  # the detector's score (NaN while warming)
+    alerts: np.ndarray  # the detector's decisions
+    warming: np.ndarray
+    channel: list[str]  # the channel behind each row's score ("" for a fixed-channel model or no score)
+    events: list[tuple[int, str, str, str]] = field(default_factory=list)  # (row, state, severity, alert_id)
+    # row -> the explanation of the episode raised or updated at that row ([alerts] explain)
+    explanations: dict[int, Explanation] = field(default_factory=dict)
+
+
+def recording_channels(engine: Engine, columns: int) -> list[str]:
+    """Channel names for a recording's columns when the caller has none: the card's (a channel-independent model's one
+    channel for a single column, else ``channel0``, ``channel1``, ...)."""
+    if columns == engine.card.input_dims:
+        return list(engine.card.channels)
+    return [f"channel{k}" for k in range(columns)]
+
+
+def detect_recording(
+    engine: Engine,
+    values: np.ndarray,
+    detector: DetectorConfig = DetectorConfig(),
+    channels: Sequence[str] | None = None,
+    alerts: AlertConfig = AlertConfig(explain=False),
+    windows: WindowConfig | None = None,
+    timestamps: np.ndarray | None = None,
+    stream: str = STREAM,
+    batch: int = BATCH,
+) -> Detection:
+    """Feed a recording ``[T, C]`` (columns named ``channels``, default ``recording_channels``) to a ``Monitor`` as
+    the readings of ``stream`` and tick it every ``batch`` rows (module docstring).
+
+    ``timestamps`` (seconds, ``[T]``) place the rows on the step grid of ``windows.period`` (default the card's period,
+    else 1 s), so missing steps are gaps the monitor fills or, beyond ``windows.max_gap``, resets after; without them
+    row ``t`` is step ``t``. ``alerts.explain`` attaches explanations to raised and updated episodes.
     """
     values = np.asarray(values, dtype=np.float64)
-    if engine.card.channel_mode == "independent":
-        return [prepare(engine, values[:, [c]]) for c in range(values.shape[1])]
-    return [prepare(engine, values)]
+    if values.ndim != 2:
+        raise ValueError(f"a recording is [time, channels], got shape {values.shape}")
+    names = list(channels) if channels is not None else recording_channels(engine, values.shape[1])
+    windows = windows or WindowConfig(period=engine.card.period or 1.0)
+    t_len = len(values)
+    stamps = np.arange(t_len) * windows.period if timestamps is None else np.asarray(timestamps, dtype=np.float64)
+    if stamps.shape != (t_len,):
+        raise ValueError(f"timestamps must be [T] = [{t_len}], got shape {stamps.shape}")
+    monitor = Monitor(engine, windows, alerts, detector)
+    out = Detection(np.full(t_len, np.nan), np.full(t_len, np.nan), np.full(t_len, np.nan),
+                    np.zeros(t_len, dtype=bool), np.ones(t_len, dtype=bool), [""] * t_len)  # fmt: skip
+    # A scored step's timestamp is its first reading's: the row that opened the step.
+    row_of: dict[float, int] = {}
+    for lo in range(0, t_len, batch):
+        for t in range(lo, min(lo + batch, t_len)):
+            stamp = float(stamps[t])
+            row_of.setdefault(stamp, t)
+            monitor.ingest(Reading(stream, stamp, dict(zip(names, values[t].tolist()))), now=0.0)
+        result = monitor.tick(windows.settle)  # every step filed so far is ready: its settle wait has passed
+        for s in result.scored:
+            t = row_of[s.timestamp]
+            out.raw[t], out.surprise[t], out.score[t] = s.raw, s.surprise, s.score
+            out.alerts[t], out.warming[t], out.channel[t] = s.alert, s.warming, s.channel
+        for a in result.alerts:
+            t = row_of[a.timestamp]
+            out.events.append((t, a.state, a.severity, a.alert_id))
+            if a.explanation is not None:
+                out.explanations[t] = a.explanation
+    return out
 
 
-@dataclass
-class RecordingFeatures:
-    """What the model says of every step of a recording, per lane: the paper distance and the representation."""
-
-    distance: np.ndarray  # [T, L] float64, NaN = no score (a missing channel, or before the scale is known)
-    z: np.ndarray  # [T, L, F] float32, the unmasked last-step representation
-    deviation: np.ndarray  # [T, L] float64, detector.window_deviation of each step's window
-
-    @property
-    def raw(self) -> np.ndarray:
-        """The paper's masked-vs-unmasked L1 per step ``[T]``, summed over lanes (NaN when a lane has none)."""
-        return self.distance.sum(axis=1)
-
-    def save(self, path: str | Path) -> None:
-        """Write as a compressed ``.npz`` (a benchmark cache)."""
-        np.savez_compressed(path, distance=self.distance, z=self.z, deviation=self.deviation)
-
-    @classmethod
-    def load(cls, path: str | Path) -> RecordingFeatures:
-        """Read ``save`` output."""
-        with np.load(path) as data:
-            return cls(data["distance"], data["z"], data["deviation"])
+# the card's detector prior
 
 
-def encode_recording(
-    engine: Engine, values: np.ndarray, config: DetectorConfig = DetectorConfig(), batch: int = 256
-) -> RecordingFeatures:
-    """Run the model over every step of a recording ``[T, C]`` (card channel order), as the monitor would."""
-    return encode_lanes(engine, recording_lanes(engine, values), config, batch)
-
-
-def model_windows(engine: Engine, prepared: np.ndarray, config: DetectorConfig = DetectorConfig()) -> np.ndarray:
-    """The window the model sees at every step of a prepared lane ``[T, C]`` → ``[T, W, C]``, per-stream scaled as
-    the monitor scales it (a view of ``prepared`` for card-normalised models)."""
+def _model_windows(engine: Engine, prepared: np.ndarray, config: DetectorConfig) -> np.ndarray:
+    """The window the model sees at every step of a prepared lane ``[T, C]`` → ``[T, W, C]``, per-stream scaled as the
+    monitor scales it (a view of ``prepared`` for card-normalised models)."""
     windows = sliding_windows(prepared, engine.card.window)
     if engine.card.scaling == "stream" and len(prepared):
         channels = prepared.shape[1]
@@ -125,98 +177,25 @@ def model_windows(engine: Engine, prepared: np.ndarray, config: DetectorConfig =
     return windows
 
 
-def encode_lanes(
-    engine: Engine, lanes: list[np.ndarray], config: DetectorConfig = DetectorConfig(), batch: int = 256
-) -> RecordingFeatures:
-    """``encode_recording`` from prepared lane inputs (``recording_lanes`` output, or prepared training data)."""
-    t = len(lanes[0]) if lanes else 0
-    distance = np.full((t, len(lanes)), np.nan)
-    deviation = np.full((t, len(lanes)), np.nan)
-    z = np.zeros((t, len(lanes), engine.card.repr_dims), dtype=np.float32)
+def _lane_signals(engine: Engine, lanes: list[np.ndarray], config: DetectorConfig, batch: int = BATCH) -> np.ndarray:
+    """The detector's log-signals ``[T * L, K]`` of every step of one series' prepared lanes, as a new stream."""
+    t, n = len(lanes[0]), len(lanes)
+    distance, deviation = np.full((t, n), np.nan), np.full((t, n), np.nan)
+    z = np.zeros((t, n, engine.card.repr_dims), dtype=np.float32)
     for k, prepared in enumerate(lanes):
-        windows = model_windows(engine, prepared, config)
+        windows = _model_windows(engine, prepared, config)
         zu, zm = _pairs(engine, windows, 0, batch)
-        distance[:, k] = raw_score(zu, zm)
-        distance[np.isnan(prepared).any(axis=1), k] = np.nan
+        distance[:, k] = np.where(np.isnan(prepared).any(axis=1), np.nan, raw_score(zu, zm))
         z[:, k] = zu
         for lo in range(0, t, batch):
             deviation[lo : lo + batch, k] = window_deviation(windows[lo : lo + batch])
-    return RecordingFeatures(distance, z, deviation)
-
-
-@dataclass
-class Detection:
-    """The detector over a recording: per step score (NaN = none), alert, warming and the lane behind the score."""
-
-    raw: np.ndarray  # the paper's masked-vs-unmasked distance, summed over lanes
-    surprise: np.ndarray  # the detector's corrected surprise (detector.DetectorStep)
-    score: np.ndarray
-    alerts: np.ndarray
-    warming: np.ndarray
-    lane: np.ndarray
-    # step -> why it reached the threshold (explain.py), for the steps that did when explanations were asked for
-    explanations: dict[int, Explanation] = field(default_factory=dict)
-
-
-def detect_recording(
-    engine: Engine,
-    values: np.ndarray,
-    config: DetectorConfig = DetectorConfig(),
-    features: RecordingFeatures | None = None,
-    explain_channels: Sequence[str] | None = None,
-) -> Detection:
-    """Score and alert every step of a recording ``[T, C]`` with the detector, one reading at a time.
-
-    With ``explain_channels`` (the names of the columns of ``values``), every step whose surprise reaches the
-    threshold is explained as the monitor explains the alerts it raises or escalates (``Detection.explanations``).
-    """
-    features = features if features is not None else encode_recording(engine, values, config)
-    subjects = None if explain_channels is None else _Subjects(engine, values, config, tuple(explain_channels))
-    return _run_detector(engine, features, config, subjects)[0]
-
-
-class _Subjects:
-    """What ``explain.Subject`` needs at each step of a recording, as the monitor has it at that reading."""
-
-    def __init__(self, engine: Engine, values: np.ndarray, config: DetectorConfig, channels: tuple[str, ...]) -> None:
-        self.engine, self.channels = engine, channels
-        lanes = recording_lanes(engine, values)
-        self.prepared = [sliding_windows(lane, engine.card.window) for lane in lanes]
-        independent = engine.card.channel_mode == "independent"
-        self.windows = None if independent else model_windows(engine, lanes[0], config)
-        # Implausible values are filed as missing by the monitor: they were not seen.
-        self.seen = np.where(implausible(values, *plausible_bounds(engine.card)), np.nan, values)
-
-    def at(self, i: int, lane_surprise: np.ndarray) -> Subject:
-        """The subject of step ``i`` given the detector's per-lane surprise of it."""
-        prepared = np.stack([p[i] for p in self.prepared])
-        windows = None if self.windows is None else self.windows[i : i + 1]
-        start = i - self.engine.card.window + 1
-        return Subject(self.channels, np.arange(len(self.prepared)), prepared, self.seen[i], lane_surprise, windows,
-                       start)  # fmt: skip
-
-
-def _run_detector(
-    engine: Engine, features: RecordingFeatures, config: DetectorConfig, subjects: _Subjects | None = None
-) -> tuple[Detection, np.ndarray]:
-    """The detector over precomputed features, one reading at a time; also every lane's log-signals ``[T, L, K]``."""
-    t, lanes = features.distance.shape
     detector = Detector(config, engine.card.repr_dims, engine.card.detector_prior)
-    detector.add(1, lanes)
-    one, rows, lane_of = np.zeros(1, dtype=np.int64), np.arange(lanes), np.zeros(lanes, dtype=np.int64)
-    out = Detection(features.raw, np.full(t, np.nan), np.full(t, np.nan), np.zeros(t, dtype=bool),
-                    np.ones(t, dtype=bool), np.full(t, -1))  # fmt: skip
-    signals = np.full((t, lanes, len(config.signals)), np.nan)
+    detector.add(1, n)
+    one, rows, lane_of = np.zeros(1, dtype=np.int64), np.arange(n), np.zeros(n, dtype=np.int64)
+    signals = np.full((t, n, len(config.signals)), np.nan)
     for i in range(t):
-        step = detector.step(one, rows, lane_of, features.distance[i], features.z[i], features.deviation[i])
-        out.surprise[i], out.score[i], out.alerts[i] = step.surprise[0], step.score[0], step.alert[0]
-        out.warming[i], out.lane[i] = step.warming[0], step.lane[0]
-        signals[i] = step.signals
-        # A superset of the readings the alert tracker raises or escalates an episode on (both need the threshold).
-        if subjects is not None and not step.warming[0] and step.surprise[0] >= config.threshold:
-            subject = subjects.at(i, step.lane_score)
-            out.explanations[i] = explain_readings(engine, detector, [subject], config.threshold)[0]
-    return out, signals
+        signals[i] = detector.step(one, rows, lane_of, distance[i], z[i], deviation[i]).signals
+    return signals.reshape(-1, len(config.signals))
 
 
 def detector_prior(
@@ -225,7 +204,8 @@ def detector_prior(
     """The model card's ``detector_prior``: median and squared robust scale of each signal over normal prepared series.
 
     Each series runs through the detector exactly as a new stream would (its own memory, no card prior), so the
-    prior describes what a fresh stream of this kind looks like, warm-up included.
+    prior describes what a fresh stream of this kind looks like, warm-up included. Prepared series have no raw
+    readings to feed a monitor, so this runs the engine and ``detector.Detector`` itself; it decides no alert.
     """
     cold = dataclasses.replace(config, prior_weight=0)
     pooled, budget = [], max_steps
@@ -236,7 +216,7 @@ def detector_prior(
         budget -= len(series)
         lanes = [series[:, [c]] for c in range(series.shape[1])] if engine.card.channel_mode == "independent" \
             else [series]  # fmt: skip
-        pooled.append(_run_detector(engine, encode_lanes(engine, lanes, cold), cold)[1].reshape(-1, len(cold.signals)))
+        pooled.append(_lane_signals(engine, lanes, cold))
     values = np.concatenate(pooled) if pooled else np.zeros((0, len(cold.signals)))
     finite = np.isfinite(values).all(axis=1)
     if finite.sum() < 2:

@@ -1,9 +1,9 @@
 """``trep-edge score``: the daemon's scoring and alerting over a recorded file, written as a CSV and a PNG plot.
 
-The numbers come from the code the daemon's monitor runs: ``offline.encode_recording`` (the same windows, the same
-per-stream scaling, the same engine call), ``detector.Detector`` one reading at a time (``offline.detect_recording``)
-and ``alerts.AlertTracker`` (episodes), so replaying the same file through the daemon gives the same scores and the
-same alert episodes (tests/runtime/test_daemon_end_to_end.py). The file is one stream: rows are consecutive steps.
+The numbers come from the daemon's own ``monitor.Monitor``, fed the file's rows as readings
+(``offline.detect_recording``): the same windows, scaling, engine call, detector, warm-up and alert episodes, so
+replaying the same file through the daemon gives the same scores and the same alert episodes
+(tests/runtime/test_daemon_end_to_end.py). The file is one stream: rows are consecutive steps of the card's period.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trep_edge.runtime.core.alerts import AlertConfig, AlertTracker
+from trep_edge.runtime.core.alerts import AlertConfig
 from trep_edge.runtime.core.detector import DetectorConfig
 from trep_edge.runtime.core.engine import Engine
 from trep_edge.runtime.core.explain import Explanation
@@ -61,24 +61,11 @@ def score_recording(
     alerts: AlertConfig = AlertConfig(),
     detector: DetectorConfig = DetectorConfig(),
 ) -> FileScores:
-    """Score every step of a recording as the daemon's monitor would (module docstring)."""
+    """Score every step of a recording as the daemon's monitor does (module docstring)."""
     channels, values = model_inputs(engine, series)
-    detection = detect_recording(engine, values, detector, explain_channels=channels if alerts.explain else None)
-    tracker = AlertTracker(alerts, n_streams=1)
-    one = np.zeros(1, dtype=np.int64)
-    events = []
-    for t in range(len(values)):
-        score = np.nan if detection.warming[t] else detection.surprise[t]
-        for e in tracker.step(one, np.array([score]), np.array([detector.threshold]), detection.alerts[t : t + 1]):
-            events.append((t, e.state, e.severity, e.alert_id(series.stream)))
-    independent = engine.card.channel_mode == "independent"
-    lane_channel = [channels[k] if independent and k >= 0 else "" for k in detection.lane.tolist()]
-    explanations = {t: detection.explanations[t] for t, state, _, _ in events
-                    if state != "cleared" and alerts.explain}  # fmt: skip
-    return FileScores(series.stream, channels, values, detection.raw, detection.score, detection.surprise,
-                      detector.threshold,
-                      detection.alerts, detection.warming, lane_channel, events, series.labels,
-                      explanations)  # fmt: skip
+    d = detect_recording(engine, values, detector, channels, alerts, stream=series.stream)
+    return FileScores(series.stream, channels, values, d.raw, d.score, d.surprise, detector.threshold, d.alerts,
+                      d.warming, d.channel, d.events, series.labels, d.explanations)  # fmt: skip
 
 
 def write_csv(result: FileScores, path: str | Path) -> None:

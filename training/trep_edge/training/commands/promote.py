@@ -31,8 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--shadow", type=float, metavar="HOURS", help="before installing, score live telemetry with the "
                    "candidate beside the installed model for HOURS (a read-only MQTT client of the daemon's broker); "
                    "the comparison goes to the target's history folder, and the alert-rate rule applies to it too")
-    p.add_argument("--config", help="the daemon's config file (monitor.toml): broker, topics, detector settings and "
-                   "checkpoint for --shadow")
+    p.add_argument("--config", help="the daemon's config file (monitor.toml): its [windows] and [detector] settings "
+                   "score the alert rate; broker, topics and checkpoint for --shadow")
     p.add_argument("--report", help="also write the JSON report to this file")
     p.add_argument("--dry-run", action="store_true", help="check and report, but do not write --target")
     p.add_argument("--keep", type=int, default=5, help="models the target's history keeps for trep-edge rollback "

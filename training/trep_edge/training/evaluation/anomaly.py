@@ -20,11 +20,12 @@ from trep_edge.datasets.yahoo import load_yahoo
 from trep_edge.runtime.core.model_card import Scoring
 from trep_edge.runtime.core.offline import raw_scores
 from trep_edge.runtime.core.preprocess import Normalisation, difference, fit_normalisation
-from trep_edge.runtime.core.scoring import adjust_scores, calibrate, score_series
+from trep_edge.runtime.core.scoring import adjust_scores, calibrate
 
 from trep_edge.training.data import adf_order
 from trep_edge.training.encoder import TRepEncoder
 from trep_edge.training.export import TorchEngine, build_card
+from trep_edge.training.evaluation.paper_protocol import score_series
 from trep_edge.training.evaluation.point_adjusted import aggregate_f1, point_adjust_f1
 
 DELAYS = (3, 7)

@@ -47,7 +47,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     d.add_argument("--ablations", nargs="*", help="detect: detector variants NAME:key=value;key=value (DetectorConfig)")
     d.add_argument("--peers", help="detect: comma-separated peers (default rolling_z,hst,stumpi,paper; '' = none)")
     d.add_argument("--table", default="bench/results/detection.md", help="detect: results as Markdown tables")
-    d.add_argument("--cache", default="~/.cache/trep-edge/detect", help="detect: cache of the model's features")
+    d.add_argument("--cache", default="~/.cache/trep-edge/detect",
+                   help="detect: cache of the detector's scores per model, settings and stream")
     d.add_argument("--per-stream-train", action="store_true", help="detect: also a trep:per-stream row: one model per "
                    "synthetic/UCR stream trained on its probation part (an evaluator's settings), export defaults")
     d.add_argument("--per-stream-ablations", nargs="*", help="detect: detector variants of the per-stream row, "

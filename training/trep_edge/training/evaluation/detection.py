@@ -11,8 +11,9 @@ label. Peers, each with the committed alert rule its own documentation or the pa
   linear), the largest channel's distance; alerts at μ + 4σ of the probation part's scores.
 - ``paper``: T-Rep's protocol as published — masked-vs-unmasked L1, adjusted by the mean of the previous 21, μ + 4σ
   of the probation part's adjusted scores, the delay-7 rule — with the same model as ``trep``.
-- ``trep``: this product's detector (``runtime/trep_edge/runtime/core/detector.py``) through ``offline.detect_recording``, the code
-  ``trep-edge score`` and the daemon run; ``trep:NAME`` rows are ablations (``--ablations``).
+- ``trep``: this product's detector (``runtime/trep_edge/runtime/core/detector.py``): each stream fed to the daemon's
+  ``Monitor`` by ``offline.detect_recording``, the code ``trep-edge score`` runs; ``trep:NAME`` rows are ablations
+  (``--ablations``). Each (model, detector settings, stream) is scored once and cached (``Detections``).
 - ``trep:per-stream``: the same detector, each synthetic and UCR stream with its own model trained on its probation
   part only (``--per-stream-train``, ``detection_per_stream``); ``trep:per-stream:NAME`` its ablations.
 
@@ -33,16 +34,17 @@ import numpy as np
 
 from trep_edge.runtime.core.detector import DetectorConfig
 from trep_edge.runtime.core.engine import Engine, load_engine
+from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.runtime.core.scoring import adjust_scores, calibrate, threshold
+from trep_edge.training.evaluation.paper_protocol import detect
 from trep_edge.training.evaluation.point_adjusted import point_adjust_f1
-from trep_edge.runtime.core.offline import RecordingFeatures, detect_recording, encode_recording
-from trep_edge.runtime.core.scoring import adjust_scores, calibrate, detect, threshold
 
 from trep_edge.training.evaluation import detection_metrics as dm
 from trep_edge.training.evaluation.detection_corpus import Stream, corpus
 
 Output = tuple[np.ndarray, np.ndarray]  # score [T], committed alerts [T]
 PEERS = ("rolling_z", "hst", "stumpi", "paper")
-FEATURES_VERSION = b"2"  # bump when encode_recording's output changes for the same model and data (stale caches)
+CACHE_VERSION = b"3"  # bump when detect_recording's output changes for the same model, settings and data
 
 
 def rolling_z(stream: Stream, window: int = 100, level: float = 4.0) -> Output:
@@ -103,9 +105,8 @@ def _mu_sigma_alerts(score: np.ndarray, beta: float, delay: int) -> np.ndarray:
     return detect(np.nan_to_num(score, nan=-np.inf), float(head.mean() + beta * head.std()), delay)
 
 
-def paper(features: RecordingFeatures) -> Output:
-    """T-Rep's published protocol on the model's raw distances (module docstring)."""
-    raw = features.raw
+def paper(raw: np.ndarray) -> Output:
+    """T-Rep's published protocol on the model's raw distances ``[T]`` (module docstring)."""
     adjusted = adjust_scores(np.where(np.isfinite(raw), raw, np.nan), z=21)
     head = adjusted[: dm.probation(len(raw))]
     if np.isfinite(head).sum() < 2:
@@ -114,22 +115,26 @@ def paper(features: RecordingFeatures) -> Output:
     return adjusted, detect(np.nan_to_num(adjusted, nan=-np.inf), cut, 7)
 
 
-class Features:
-    """The model's features of each stream, computed once per (model, stream) and cached on disk."""
+class Detections:
+    """The product's detector over each stream (``offline.detect_recording``: the daemon's monitor), run once per
+    (model, detector settings, stream) and cached on disk: the raw distance, score and alerts of every row."""
 
     def __init__(self, cache: Path) -> None:
         self.cache = cache
 
-    def get(self, engine: Engine, stream: Stream) -> RecordingFeatures:
-        """Cached ``encode_recording`` of the stream (the cache key is the model's sha256 and the stream's data)."""
-        key = hashlib.sha256(FEATURES_VERSION + engine.sha256.encode() + stream.values.tobytes()).hexdigest()[:24]
-        path = self.cache / f"{key}.npz"
+    def get(self, engine: Engine, stream: Stream, config: DetectorConfig = DetectorConfig()) -> dict[str, np.ndarray]:
+        """``raw``, ``score`` and ``alerts`` of the stream (cache key: model sha256, settings, the stream's data)."""
+        settings = json.dumps(config.to_dict(), sort_keys=True).encode()
+        key = hashlib.sha256(CACHE_VERSION + engine.sha256.encode() + settings + stream.values.tobytes())
+        path = self.cache / f"{key.hexdigest()[:24]}.npz"
         if path.is_file():
-            return RecordingFeatures.load(path)
-        features = encode_recording(engine, stream.values)
+            with np.load(path) as data:
+                return dict(data)
+        det = detect_recording(engine, stream.values, config)
+        out = {"raw": det.raw, "score": det.score, "alerts": det.alerts}
         self.cache.mkdir(parents=True, exist_ok=True)
-        features.save(path)
-        return features
+        np.savez_compressed(path, **out)
+        return out
 
 
 def summarise(outputs: list[Output], streams: list[Stream]) -> dict[str, float]:
@@ -162,7 +167,7 @@ def run(args: argparse.Namespace) -> dict:
     """Score every stream with every detector; return the results (and write them)."""
     started = time.perf_counter()
     streams = corpus(args.data_root, args.quick)
-    features = Features(Path(args.cache).expanduser())
+    detections = Detections(Path(args.cache).expanduser())
     general = load_engine(args.model, "cpu")
     icu = load_engine(args.icu_model, "cpu")
     variants = {"trep": ""} | dict(v.split(":", 1) for v in (args.ablations or []))
@@ -170,7 +175,7 @@ def run(args: argparse.Namespace) -> dict:
     for name, spec in variants.items():
         config = DetectorConfig().with_overrides(spec)
         label = name if name == "trep" else f"trep:{name}"
-        detectors[label] = lambda s, c=config: _trep(s, c, general, icu, features)
+        detectors[label] = lambda s, c=config: _trep(s, c, general, icu, detections)
     scope: dict[str, tuple[str, ...]] = {}  # detectors run on some categories only
     notes: dict[str, str] = {}
     per_stream = None
@@ -182,11 +187,11 @@ def run(args: argparse.Namespace) -> dict:
         for name, spec in ({"": ""} | extra).items():
             label = "trep:per-stream" + (f":{name}" if name else "")
             config = DetectorConfig().with_overrides(spec)
-            detectors[label] = lambda s, c=config: _trep_per_stream(s, c, per_stream, features)
+            detectors[label] = lambda s, c=config: _trep_per_stream(s, c, per_stream, detections)
             scope[label], notes[label] = ps.CATEGORIES, ps.NOTE
     chosen = [p for p in (PEERS if args.peers is None else args.peers.split(",")) if p]
     peers = {"rolling_z": rolling_z, "hst": hst, "stumpi": stumpi,
-             "paper": lambda s: paper(features.get(_engine_for(s, general, icu), s))}  # fmt: skip
+             "paper": lambda s: paper(detections.get(_engine_for(s, general, icu), s)["raw"])}  # fmt: skip
     detectors.update({p: peers[p] for p in chosen})
     results: dict[str, dict] = {"command": args.command, "quick": args.quick, "model": str(args.model),
                                 "icu_model": str(args.icu_model), "rows": {}, "seconds": {},
@@ -224,17 +229,15 @@ def _engine_for(stream: Stream, general: Engine, icu: Engine) -> Engine:
     return icu if stream.category == "sepsis" else general
 
 
-def _trep(stream: Stream, config: DetectorConfig, general: Engine, icu: Engine, features: Features) -> Output:
-    engine = _engine_for(stream, general, icu)
-    det = detect_recording(engine, stream.values, config, features.get(engine, stream))
-    return det.score, det.alerts
+def _trep(stream: Stream, config: DetectorConfig, general: Engine, icu: Engine, detections: Detections) -> Output:
+    det = detections.get(_engine_for(stream, general, icu), stream, config)
+    return det["score"], det["alerts"]
 
 
-def _trep_per_stream(stream: Stream, config: DetectorConfig, models, features: Features) -> Output:
+def _trep_per_stream(stream: Stream, config: DetectorConfig, models, detections: Detections) -> Output:
     """The product's detector with the stream's own model (``detection_per_stream``)."""
-    engine = models.engine(stream)
-    det = detect_recording(engine, stream.values, config, features.get(engine, stream))
-    return det.score, det.alerts
+    det = detections.get(models.engine(stream), stream, config)
+    return det["score"], det["alerts"]
 
 
 def markdown(results: dict) -> str:

@@ -19,11 +19,12 @@ from trep_edge.datasets.physionet import VITALS, iter_patients
 from trep_edge.runtime.core.model_card import Scoring
 from trep_edge.runtime.core.offline import raw_scores
 from trep_edge.runtime.core.preprocess import Normalisation, fit_normalisation, forward_fill
-from trep_edge.runtime.core.scoring import adjust_scores, calibrate, score_series
+from trep_edge.runtime.core.scoring import adjust_scores, calibrate
 
 from trep_edge.training.encoder import TRepEncoder
 from trep_edge.training.export import TorchEngine, build_card
 from trep_edge.training.evaluation.point_adjusted import aggregate_f1, point_adjust_f1
+from trep_edge.training.evaluation.paper_protocol import score_series
 
 FORWARD_FILL = 8
 """Hours a vital is carried over, as the shipped icu-vitals model does."""
