@@ -97,7 +97,7 @@ class Detection:
     score: np.ndarray  # the detector's score (NaN while warming)
     alerts: np.ndarray  # the detector's decisions
     warming: np.ndarray
-    channel: list[str]  # the channel behind each row's score ("" for a fixed-channel model or no score)
+    lane: np.ndarray  # the column (lane) behind each row's score; -1: none
     events: list[tuple[int, str, str, str]] = field(default_factory=list)  # (row, state, severity, alert_id)
     # row -> the explanation of the episode raised or updated at that row ([alerts] explain)
     explanations: dict[int, Explanation] = field(default_factory=dict)
@@ -140,7 +140,8 @@ def detect_recording(
         raise ValueError(f"timestamps must be [T] = [{t_len}], got shape {stamps.shape}")
     monitor = Monitor(engine, windows, alerts, detector)
     out = Detection(np.full(t_len, np.nan), np.full(t_len, np.nan), np.full(t_len, np.nan),
-                    np.zeros(t_len, dtype=bool), np.ones(t_len, dtype=bool), [""] * t_len)  # fmt: skip
+                    np.zeros(t_len, dtype=bool), np.ones(t_len, dtype=bool), np.full(t_len, -1))  # fmt: skip
+    lane_of = {name: k for k, name in enumerate(names)}
     # A scored step's timestamp is its first reading's: the row that opened the step.
     row_of: dict[float, int] = {}
     for lo in range(0, t_len, batch):
@@ -152,7 +153,9 @@ def detect_recording(
         for s in result.scored:
             t = row_of[s.timestamp]
             out.raw[t], out.surprise[t], out.score[t] = s.raw, s.surprise, s.score
-            out.alerts[t], out.warming[t], out.channel[t] = s.alert, s.warming, s.channel
+            out.alerts[t], out.warming[t] = s.alert, s.warming
+            # A fixed-channel model has one lane, which the monitor does not name.
+            out.lane[t] = lane_of[s.channel] if s.channel else 0 if math.isfinite(s.surprise) else -1
         for a in result.alerts:
             t = row_of[a.timestamp]
             out.events.append((t, a.state, a.severity, a.alert_id))

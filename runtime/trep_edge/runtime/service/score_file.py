@@ -64,8 +64,10 @@ def score_recording(
     """Score every step of a recording as the daemon's monitor does (module docstring)."""
     channels, values = model_inputs(engine, series)
     d = detect_recording(engine, values, detector, channels, alerts, stream=series.stream)
+    independent = engine.card.channel_mode == "independent"
+    lane_channel = [channels[k] if independent and k >= 0 else "" for k in d.lane.tolist()]
     return FileScores(series.stream, channels, values, d.raw, d.score, d.surprise, detector.threshold, d.alerts,
-                      d.warming, d.channel, d.events, series.labels, d.explanations)  # fmt: skip
+                      d.warming, lane_channel, d.events, series.labels, d.explanations)  # fmt: skip
 
 
 def write_csv(result: FileScores, path: str | Path) -> None:

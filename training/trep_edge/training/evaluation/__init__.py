@@ -2,5 +2,6 @@
 
 Every evaluation trains two encoders on identical data, splits, seed and budget: T-Rep and its TS2Vec ablation
 (no time-embedding, task weights 0.5/0.5/0/0). Anomaly scores go through ``runtime.scoring`` and
-``runtime.offline``, the daemon's own code.
+``runtime.offline``, the daemon's own code; the paper's alert rule on top of them (threshold, delay) is
+``paper_protocol``, which the product never applies.
 """
