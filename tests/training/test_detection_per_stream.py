@@ -3,7 +3,7 @@ evaluator's flags and export's defaults; models are cached; partial rows are rep
 import numpy as np
 import pytest
 
-from trep_edge.training import commands
+from trep_edge.training.commands import export as export_command, train as train_command
 from trep_edge.training.evaluation import detection, detection_metrics as dm, detection_per_stream as ps
 from trep_edge.training.evaluation.detection_corpus import Stream
 
@@ -29,7 +29,7 @@ def test_the_training_slice_is_the_probation_part_capped_at_750(length, rows):
 
 @pytest.fixture()
 def fake_cli(monkeypatch):
-    """``commands.train`` / ``export`` that record what they were given instead of training."""
+    """The ``train`` / ``export`` commands' ``run``, recording what they were given instead of training."""
     seen = []
 
     def train(args):
@@ -43,8 +43,8 @@ def fake_cli(monkeypatch):
         print('{"calibration": {"mu": 0.0, "sigma": 1.0}}')
         return 0
 
-    monkeypatch.setattr(commands, "train", train)
-    monkeypatch.setattr(commands, "export", export)
+    monkeypatch.setattr(train_command, "run", train)
+    monkeypatch.setattr(export_command, "run", export)
     return seen
 
 
