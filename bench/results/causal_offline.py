@@ -18,10 +18,9 @@ import torch
 
 from trep_edge.datasets.paths import data_root
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
-from trep_edge.runtime.core.engine import last_step_pair
+from trep_edge.runtime.core.engine import StepCandidate, last_step_pair
 from trep_edge.runtime.core.model_card import ModelCard
 from trep_edge.runtime.core.offline import sliding_windows
-from trep_edge.runtime.core.step_engine import StepCandidate
 from trep_edge.runtime.core.time_index import parse_time_index
 from trep_edge.training.encoder import EncoderConfig, TRepEncoder, bounded_dilations
 from trep_edge.training.export import export_graph

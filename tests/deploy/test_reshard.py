@@ -18,6 +18,7 @@ from trep_edge.runtime.core.monitor import Monitor
 from trep_edge.runtime.core.reading import Reading
 from trep_edge.runtime.service.reshard import merge_states, reshard, select_streams, stream_names
 from trep_edge.runtime.core.sharding import Shard, shard_of
+from trep_edge.runtime.core.stream_state import Rows, declare
 
 STREAMS = [f"bed{k:02d}" for k in range(12)]
 STEPS, SWITCH = 160, 90  # reshard after step SWITCH - 1
@@ -112,6 +113,7 @@ def test_new_per_stream_arrays_and_pending_steps_move_with_their_stream(vitals_m
     a, b = _small_state(engine, ["a1", "a2"]), _small_state(engine, ["b1", "b2", "b3"])
     for state, tag in ((a, 1.0), (b, 2.0)):  # state another component might add: one row per stream
         state["future/per_stream"] = np.arange(len(stream_names(state)))[:, None] * np.ones(4) + 10 * tag
+        declare(state, {"future/per_stream": Rows("stream")})  # moved by its declaration, not by its shape
     merged = merge_states([a, b], ["a", "b"])
     assert stream_names(merged) == ["a1", "a2", "b1", "b2", "b3"]
     np.testing.assert_array_equal(merged["future/per_stream"][:, 0], [10, 11, 20, 21, 22])

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from trep_edge.runtime.core.scoring import StreamState
+from trep_edge.runtime.core.stream_state import StreamState
 
 SEVERITIES = ("none", "warning", "critical")
 """Severity names, indexed by the tracker's integer severity."""

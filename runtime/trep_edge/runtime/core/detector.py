@@ -34,7 +34,7 @@ model (``independent``): every channel then has its own signals and statistics (
 is the largest lane surprise, Bonferroni-corrected by the number of tests (lanes × signals); the lane that gave it is
 reported, which names the channel behind an alert.
 
-Everything is a ``scoring.StreamState``: rows of numpy arrays, saved and restored as flat dicts, so the daemon's
+Everything is a ``stream_state.StreamState``: rows of numpy arrays, saved and restored as flat dicts, so the daemon's
 checkpoints and ``trep-edge score`` run the same arithmetic. ``Detector.step`` is the only entry point.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from trep_edge.runtime.core.preprocess import robust_location_scale
-from trep_edge.runtime.core.scoring import StreamState
+from trep_edge.runtime.core.stream_state import StreamState
 
 SIGNALS = ("distance", "novelty", "deviation")
 """The per-reading signals the detector can judge, in the order of ``SignalStats`` columns: ``distance`` and

@@ -12,12 +12,15 @@ becomes a ``Candidate``: an object with ``pair(windows, starts)`` (the contract 
 ones on a batch, and routes ``last_step_pair`` through the fastest; ``model.engine`` can force one. The choice and
 the reason are in ``Engine.status`` (status topic, ``trep_edge_model_info``, ``trep-edge doctor``).
 
-Extension point for a stateful engine (the incremental causal ``step`` graph): register
-``CANDIDATES["step"] = <factory(session, engine) -> Candidate>``. Its ``pair`` computes whole windows (e.g. feeds
-each window through the step graph from an empty state), which is what verification compares with the full
-graph; its ``seconds_per_window`` overrides the default to time what one reading costs in production (one step
-for a batch of streams with warm state). The Monitor reads ``engine.selected == "step"`` and then drives
-``engine.graphs["step"]`` with per-stream state instead of calling ``last_step_pair``.
+The monitor's engine interface. ``Engine.scorer()`` gives the selected candidate's ``Scorer``: a stateful "score
+these lanes' newly finalised steps" call (``Scorer.score``), with whatever per-lane state its engine keeps as a
+``stream_state.StreamState`` (``Scorer.state``) that the monitor adds, removes, saves and restores with its lanes.
+The windowed graphs (``full``, ``last_step``, ``pruned_pair``) share ``WindowedScorer``: no state, one
+``pair`` call on the tick's windows. The causal ``step`` graph's ``StepScorer`` keeps each lane's convolution state
+(``step_engine.StepEngine``) and advances it one round of steps at a time, rebuilding a stale state from the
+stored windows (``Scorer.refresh``). Its ``StepCandidate.pair`` (whole windows from a zero state) is what
+verification compares with the full graph, and its ``seconds_per_window`` times what one reading costs in
+production (one step for a batch of streams with warm state). The monitor never knows which engine runs.
 """
 from __future__ import annotations
 
@@ -27,14 +30,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 import onnxruntime as ort
 
 from trep_edge.runtime.core.model_card import ModelCard, ModelCardError, sidecar_path
 from trep_edge.runtime.core.model_file import METADATA_KEY, SharedWeights, unpack
-from trep_edge.runtime.core.step_engine import StepCandidate
+from trep_edge.runtime.core.step_engine import StepEngine, StepGraph
+from trep_edge.runtime.core.stream_state import StreamState
 from trep_edge.runtime.core.time_index import TimeIndex, parse_time_index, time_index
+from trep_edge.runtime.core.windows import StepBatch
 
 log = logging.getLogger(__name__)
 
@@ -162,14 +168,108 @@ def seconds_per_window(
     return best / len(windows)
 
 
+@dataclass(frozen=True)
+class LaneScores:
+    """What one ``Scorer.score`` computed: per batch row its last-step representations (zeros where not scored)."""
+
+    z_unmasked: np.ndarray  # [N, F] float32
+    z_masked: np.ndarray  # [N, F] float32
+    calls: int  # onnxruntime calls made
+    rows: int  # representations computed (2 per scored step: unmasked and masked)
+
+
+class Scorer:
+    """The monitor's engine interface: scores lanes' newly finalised steps, keeping the per-lane state its engine
+    needs in ``state`` (a ``StreamState`` the monitor adds, removes, saves and restores with its lanes; None: none).
+    """
+
+    needs_windows = True  # whether ``score`` reads the batch's windows (else only its prepared steps)
+    state: StreamState | None = None
+
+    def refresh(self, histories: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """Before a tick finalises its steps: bring stale per-lane state up to the stored windows, read through
+        ``histories(lanes) -> (windows [n, W, C], end steps [n], live [n])`` (``WindowStore.histories``)."""
+
+    def restore(self, state: Mapping[str, Any], lanes: int) -> None:
+        """Adopt ``state.state_dict()`` saved with the same model for ``lanes`` lanes (an unusable one is rebuilt)."""
+
+    def score(self, batch: StepBatch, rounds: list[np.ndarray], windows: np.ndarray) -> LaneScores:
+        """Representations of every row of ``batch``; ``rounds`` split its rows into at most one step per lane, in
+        time order; ``windows`` are its complete rows' windows as the model sees them (scaled if stream-scaled)."""
+        raise NotImplementedError
+
+
+class WindowedScorer(Scorer):
+    """A windowed graph's scorer: no state, the tick's complete windows in one ``pair`` call."""
+
+    def __init__(self, pair: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]], dims: int) -> None:
+        self.pair, self.dims = pair, int(dims)
+
+    def score(self, batch: StepBatch, rounds: list[np.ndarray], windows: np.ndarray) -> LaneScores:
+        """See ``Scorer.score``."""
+        z_unmasked = np.zeros((len(batch), self.dims), dtype=np.float32)
+        z_masked = np.zeros_like(z_unmasked)
+        if not windows.shape[0]:
+            return LaneScores(z_unmasked, z_masked, 0, 0)
+        complete = np.flatnonzero(batch.complete)
+        z_unmasked[complete], z_masked[complete] = self.pair(windows, batch.starts)
+        return LaneScores(z_unmasked, z_masked, 1, 2 * len(complete))
+
+
+class StepScorer(Scorer):
+    """The step graph's scorer: each lane's convolution state, advanced by one round of steps per onnxruntime call.
+
+    A lane that is new, reset, or whose state does not end just before its next step starts from an empty window; a
+    stale state (restored from another model, other weights) is rebuilt from the stored window by ``refresh``,
+    which gives the windowed engines' scores exactly.
+    """
+
+    needs_windows = False
+
+    def __init__(self, steps: StepEngine) -> None:
+        self.steps = steps
+
+    @property
+    def state(self) -> StreamState:  # type: ignore[override]
+        """The lanes' ``step_engine.StepState``."""
+        return self.steps.state
+
+    def refresh(self, histories: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """See ``Scorer.refresh``."""
+        stale = np.flatnonzero(~self.steps.valid)
+        if stale.size:
+            windows, ends, live = histories(stale)
+            self.steps.rebuild(stale[live], windows[live], ends[live])
+
+    def restore(self, state: Mapping[str, Any], lanes: int) -> None:
+        """See ``Scorer.restore``."""
+        self.steps.load_state(state, lanes)
+
+    def score(self, batch: StepBatch, rounds: list[np.ndarray], windows: np.ndarray) -> LaneScores:
+        """See ``Scorer.score``; ``windows`` are not read."""
+        card = self.steps.card
+        z_unmasked = np.zeros((len(batch), card.repr_dims), dtype=np.float32)
+        z_masked = np.zeros_like(z_unmasked)
+        for rows in rounds:
+            idx, steps = batch.stream_idx[rows], batch.step[rows]
+            fresh = batch.reset[rows] | ~self.steps.valid[idx] | (self.steps.last_step[idx] != steps - 1)
+            if fresh.any():
+                empty = np.full((int(fresh.sum()), card.window - 1, card.input_dims), np.nan, np.float32)
+                self.steps.rebuild(idx[fresh], empty, steps[fresh] - 1)
+            z_unmasked[rows], z_masked[rows] = self.steps.advance(idx, batch.prepared[rows], steps)
+        return LaneScores(z_unmasked, z_masked, len(rounds), 2 * len(batch))
+
+
 class Candidate:
     """One way to compute the last-step pair; ``select_engine`` verifies and times candidates.
 
     Subclasses implement ``pair`` (the contract of ``Engine.last_step_pair``); ``seconds_per_window`` times it,
-    and a stateful engine overrides it with what one reading costs in production.
+    and a stateful engine overrides it with what one reading costs in production. ``scorer`` is what the monitor
+    runs: the windowed ``pair`` unless the engine keeps per-lane state.
     """
 
     name = ""
+    engine: "Engine"
 
     def pair(self, windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Last-step representations of ``windows [S, W, C]``, unmasked and with the last step masked."""
@@ -178,6 +278,10 @@ class Candidate:
     def seconds_per_window(self, windows: np.ndarray, starts: np.ndarray, repeats: int = 3) -> float:
         """Best of ``repeats`` timed ``pair`` calls (after one warm-up), per window."""
         return seconds_per_window(self.pair, windows, starts, repeats)
+
+    def scorer(self) -> Scorer:
+        """A fresh scorer of this engine for the monitor (no lanes yet)."""
+        return WindowedScorer(self.pair, self.engine.card.repr_dims)
 
 
 class FullGraph(Candidate):
@@ -230,12 +334,70 @@ class PrunedPairGraph(Candidate):
         return zu, zm
 
 
+class StepCandidate(Candidate):
+    """The embedded ``step`` graph of a causal model: per-lane convolution state, one step per reading."""
+
+    name = "step"
+
+    def __init__(self, session: ort.InferenceSession, engine: "Engine") -> None:
+        self.engine = engine
+        self.graph = StepGraph(session)
+
+    def _fresh(self, n: int) -> StepEngine:
+        steps = StepEngine(self.graph, self.engine.card)
+        steps.add_streams(n)
+        return steps
+
+    def pair(self, windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Last-step pair of ``windows [S, W, C]``: state rebuilt from the first W−1 steps, then one step.
+
+        Consecutive sliding windows of one series (offline scoring, calibration) are swept instead: one rebuild,
+        then one step per window, the same numbers for a fraction of the work.
+        """
+        s, w, _ = windows.shape
+        ends = np.asarray(starts, dtype=np.int64) + w - 1
+        if s > 1 and np.all(np.diff(ends) == 1) and np.array_equal(windows[1:, :-1], windows[:-1, 1:], equal_nan=True):
+            return self._sweep(windows, ends)
+        idx = np.arange(s)
+        steps = self._fresh(s)
+        steps.rebuild(idx, windows[:, :-1], ends - 1)
+        return steps.advance(idx, windows[:, -1], ends)
+
+    def _sweep(self, windows: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        steps, one = self._fresh(1), np.zeros(1, dtype=np.int64)
+        steps.rebuild(one, windows[:1, :-1], ends[:1] - 1)
+        pairs = [steps.advance(one, windows[i : i + 1, -1], ends[i : i + 1]) for i in range(len(windows))]
+        return np.concatenate([u for u, _ in pairs]), np.concatenate([m for _, m in pairs])
+
+    def seconds_per_window(self, windows: np.ndarray, starts: np.ndarray, repeats: int = 3) -> float:
+        """What one reading costs in production: best of ``repeats`` warm steps of all rows, per row."""
+        s, w, _ = windows.shape
+        idx = np.arange(s)
+        steps = self._fresh(s)
+        ends = np.asarray(starts, dtype=np.int64) + w - 1
+        steps.rebuild(idx, windows[:, :-1], ends - 1)
+        best = float("inf")
+        for r in range(repeats + 1):
+            began = time.perf_counter()
+            steps.advance(idx, windows[:, -1], ends + r)
+            best = min(best, time.perf_counter() - began) if r else best
+        return best / s
+
+    def scorer(self) -> Scorer:
+        """A ``StepScorer``; refused for a stream-scaled model, whose state would hold inputs scaled with outdated
+        statistics."""
+        if self.engine.card.scaling == "stream":
+            raise ValueError("a stream-scaled model cannot run the incremental step engine (its state would hold "
+                             "inputs scaled with outdated statistics): set model.engine to pruned_pair or full")
+        return StepScorer(self._fresh(0))
+
+
 CANDIDATES: dict[str, Callable[[ort.InferenceSession, "Engine"], Candidate]] = {
     "last_step": LastStepGraph,
     "pruned_pair": PrunedPairGraph,
-    "step": StepCandidate,  # type: ignore[dict-item]  # duck-typed: step_engine does not import this module
+    "step": StepCandidate,
 }
-"""Embedded graph name → the candidate that runs it. See the module docstring for adding the ``step`` engine."""
+"""Embedded graph name → the candidate that runs it."""
 ENGINE_CHOICES = ("auto", "full", "last_step", "pruned_pair", "step")
 EXACT_TOLERANCE = 1e-5
 
@@ -285,6 +447,10 @@ class Engine:
     def last_step_pair(self, windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Last-step representations of ``windows [S, W, C]`` unmasked and masked, by the selected engine."""
         return self._chosen.pair(windows, starts)
+
+    def scorer(self) -> Scorer:
+        """A fresh scorer of the selected engine, for a monitor (module docstring)."""
+        return self._chosen.scorer()
 
     def use(self, candidate: Candidate, reason: str) -> None:
         """Route ``last_step_pair`` through ``candidate`` (called by ``select_engine``)."""

@@ -13,11 +13,13 @@ stream's score is its best lane's surprise, corrected for the number of lanes, a
 
 Policies:
 
-- **Engines.** The windowed engines score every complete step of the tick in one ``Engine.last_step_pair`` call;
-  when the engine selection chose the incremental ``step`` engine of a causal model, each lane's
-  ``step_engine.StepEngine`` state is advanced by every finalised step, one onnxruntime call per round. A state that
-  is missing or stale (new, reset, restored from an older checkpoint, other weights) is rebuilt from the stored
-  window before its next step, which gives the windowed engine's scores exactly.
+- **Engines.** The monitor scores each tick's finalised steps through ``Engine.scorer()``, the selected engine's
+  ``engine.Scorer``, and does not know which engine it is: a windowed graph scores every complete step in one call,
+  the incremental ``step`` engine of a causal model advances each lane's state one round at a time (and rebuilds
+  a stale state from the stored window, which gives the windowed engines' scores exactly).
+- **Per-stream state.** Every per-stream and per-lane array is a ``stream_state.StreamState`` listed in
+  ``_holders()`` with its row space (stream or lane) and checkpoint prefix: streams and lanes are added, removed
+  and saved through that list, and ``state_dict`` declares every key's rows for ``trep-edge reshard``.
 - **Per-stream scaling** (card ``scaling = "stream"``): each lane's newest reading updates its
   ``preprocess.StreamScaler`` and the window is scaled with the result just before the engine call
   (``preprocess.scale_windows``), one round at a time, as offline.
@@ -70,13 +72,13 @@ import numpy as np
 
 from trep_edge.runtime.core.alerts import SEVERITIES, AlertConfig, AlertEvent, AlertTracker, episode_id
 from trep_edge.runtime.core.detector import Detector, DetectorConfig, window_deviation
-from trep_edge.runtime.core.engine import Engine
+from trep_edge.runtime.core.engine import Engine, Scorer
 from trep_edge.runtime.core.explain import Explanation, Subject, explain_readings
 from trep_edge.runtime.core.reading import Reading
 from trep_edge.runtime.core.preprocess import StreamScaler, plausible_bounds, scale_windows
 from trep_edge.runtime.core.scoring import raw_score
 from trep_edge.runtime.core.sharding import LANE_SEPARATOR
-from trep_edge.runtime.core.step_engine import StepEngine, StepGraph
+from trep_edge.runtime.core.stream_state import Rows, StreamState, declare, declare_holder
 from trep_edge.runtime.core.windows import StepBatch, WindowConfig, WindowStore, contract_differences, input_contract
 
 log = logging.getLogger(__name__)
@@ -186,6 +188,26 @@ def lane_rounds(stream_of_row: np.ndarray, step: np.ndarray) -> list[np.ndarray]
     return np.split(by_round, np.flatnonzero(np.diff(rounds[by_round])) + 1)
 
 
+class StreamRows(StreamState):
+    """The monitor's own per-stream array: ``seen [S]``, arrival time of each stream's last accepted reading."""
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {"seen": np.full(n, np.nan)}
+
+    def _config(self) -> dict[str, Any]:
+        return {}
+
+
+class LaneRows(StreamState):
+    """The monitor's own per-lane array: ``stream [L]``, the stream (row) each lane belongs to."""
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {"stream": np.zeros(n, dtype=np.int64)}
+
+    def _config(self) -> dict[str, Any]:
+        return {}
+
+
 class Monitor:
     """Streaming anomaly scoring and alerting for many streams of one model (module docstring)."""
 
@@ -196,22 +218,19 @@ class Monitor:
         alerts: AlertConfig = AlertConfig(),
         detector: DetectorConfig = DetectorConfig(),
     ) -> None:
-        if engine.card.scaling == "stream" and engine.selected == "step":
-            raise ValueError("a stream-scaled model cannot run the incremental step engine (its state would hold "
-                             "inputs scaled with outdated statistics): set model.engine to pruned_pair or full")
         self.engine = engine
         self.alert_config = alerts
         self.detector_config = detector
         self._store = WindowStore(engine.card, windows)
         self._names: list[str] = []
         self._index: dict[str, int] = {}
-        self._lane_stream = np.zeros(0, dtype=np.int64)
-        self._seen = np.zeros(0)  # per stream: arrival time of its last accepted reading (for eviction)
+        self._stream_rows = StreamRows()
+        self._lane_rows = LaneRows()
         self._scaler = self._new_scaler(0)
         self._detector = self._new_detector(0, 0)
         self._tracker = AlertTracker(alerts)
         self._counters = dict.fromkeys(MONITOR_COUNTERS, 0)
-        self._steps = self._new_step_engine(engine)
+        self._scorer = self._new_scorer(engine, 0)
         self._bounds = self._new_bounds(engine)
         self._check_period(engine)
         self._faults: dict[str, set[str]] = {}  # stream -> channels with an open sensor fault
@@ -238,13 +257,28 @@ class Monitor:
         c = self.detector_config
         return StreamScaler(c.scale_warmup, c.scale_adapt, n_streams=lanes * self.engine.card.input_dims)
 
-    def _new_step_engine(self, engine: Engine) -> StepEngine | None:
-        """Per-lane state for the ``step`` engine when the selection chose it, else None (windowed scoring)."""
-        if engine.selected != "step":
-            return None
-        steps = StepEngine(StepGraph(engine.graphs["step"]), engine.card)
-        steps.add_streams(self._store.n_streams)
-        return steps
+    @staticmethod
+    def _new_scorer(engine: Engine, lanes: int) -> Scorer:
+        """The selected engine's scorer with fresh state for ``lanes`` lanes."""
+        scorer = engine.scorer()
+        if scorer.state is not None:
+            scorer.state.add_streams(lanes)
+        return scorer
+
+    def _holders(self) -> list[tuple[str, StreamState, str, int]]:
+        """Every per-stream and per-lane state but the window store's (which adds its lanes as readings arrive):
+        (checkpoint prefix, holder, space ``stream`` or ``lane``, rows per entry). Adding, removing and saving
+        streams and lanes goes through this list, so a new holder is one line here."""
+        holders: list[tuple[str, StreamState, str, int]] = [
+            ("monitor/streams", self._stream_rows, "stream", 1), ("monitor/lanes", self._lane_rows, "lane", 1),
+            ("detector/gate", self._detector.gate, "stream", 1), ("detector/memory", self._detector.memory, "lane", 1),
+            ("detector/stats", self._detector.stats, "lane", 1), ("tracker", self._tracker, "stream", 1),
+        ]  # fmt: skip
+        if self._scaler is not None:
+            holders.append(("scaler", self._scaler, "lane", self.engine.card.input_dims))
+        if self._scorer.state is not None:
+            holders.append(("steps", self._scorer.state, "lane", 1))
+        return holders
 
     def _check_period(self, engine: Engine) -> None:
         """Warn when the model learned steps of another length than this monitor makes: its window would then span
@@ -312,19 +346,15 @@ class Monitor:
                 for channel, value in reading.values.items()] or [reading]  # fmt: skip
 
     def _register_lane(self, lane: str, stream: str) -> None:
-        """Give a lane the store just added its stream (a new one too), detector, scaler and engine rows."""
-        if stream not in self._index:
+        """Give a lane the store just added its rows in every holder, and its stream too if it is new."""
+        new_stream = stream not in self._index
+        if new_stream:
             self._index[stream] = len(self._names)
             self._names.append(stream)
-            self._tracker.add_streams(1)
-            self._detector.add(1, 0)
-            self._seen = np.append(self._seen, math.nan)
-        self._lane_stream = np.append(self._lane_stream, self._index[stream])
-        self._detector.add(0, 1)
-        if self._scaler is not None:
-            self._scaler.add_streams(self.engine.card.input_dims)
-        if self._steps is not None:
-            self._steps.add_streams(1)
+        for _, holder, space, per in self._holders():
+            if space == "lane" or new_stream:
+                holder.add_streams(per)
+        self._lane_rows.stream[-1] = self._index[stream]
 
     def ingest(self, reading: Reading, now: float | None = None) -> str | None:
         """File a reading; None when accepted (duplicates included, counted), else the kind of rejection.
@@ -351,7 +381,7 @@ class Monitor:
         if None not in kinds:
             return kinds[0]
         stamp = time.time() if now is None else now
-        self._seen[self._index[reading.stream]] = stamp
+        self._stream_rows.seen[self._index[reading.stream]] = stamp
         if bad or reading.stream in self._faults:
             self._track_faults(reading, bad, stamp)
         return None
@@ -363,7 +393,7 @@ class Monitor:
         if i is None:
             return None
         stamp = time.time() if now is None else now
-        self._seen[i] = stamp
+        self._stream_rows.seen[i] = stamp
         faults = self._faults.setdefault(reading.stream, set())
         if DISCONNECTED not in faults:
             faults.add(DISCONNECTED)
@@ -379,46 +409,34 @@ class Monitor:
         observed = self._store.observed_periods()
         with np.errstate(invalid="ignore"):
             off = np.flatnonzero((observed > factor * period) | (observed < period / factor))
-        streams = self._lane_stream[off] if self.independent else off
+        streams = self._lane_rows.stream[off] if self.independent else off
         return {self._names[int(i)]: float(observed[lane]) for i, lane in zip(streams, off)}
 
     def silent(self, now: float, after: float) -> list[str]:
         """Streams whose last accepted reading arrived more than ``after`` seconds before ``now``."""
-        return [self._names[i] for i in np.flatnonzero(now - self._seen > after).tolist()]
+        return [self._names[i] for i in np.flatnonzero(now - self._stream_rows.seen > after).tolist()]
 
     def tick(self, now: float) -> TickResult:
-        """Score every ready step of every stream (one engine call, or one per round with the step engine)."""
-        seconds = 0.0
-        if self._steps is not None:
-            started = time.perf_counter()
-            self._refresh_steps()
-            seconds = time.perf_counter() - started
-        # The step engine needs no windows, but the deviation signal and explanations read each scored step's window.
-        with_windows = self._steps is None or "deviation" in self.detector_config.signals or self.alert_config.explain
+        """Score every ready step of every stream through the selected engine's scorer."""
+        started = time.perf_counter()
+        self._scorer.refresh(self._store.histories)
+        seconds = time.perf_counter() - started
+        # The deviation signal and explanations read each scored step's window, whatever the engine needs.
+        with_windows = self._scorer.needs_windows or "deviation" in self.detector_config.signals \
+            or self.alert_config.explain  # fmt: skip
         batch = self._store.collect(now, with_windows=with_windows)
         self._counters["ticks"] += 1
-        rounds = lane_rounds(self._lane_stream[batch.stream_idx], batch.step)
-        raw = np.full(len(batch), np.nan)
+        rounds = lane_rounds(self._lane_rows.stream[batch.stream_idx], batch.step)
         deviation = np.full(len(batch), np.nan)
-        z = np.zeros((len(batch), self.engine.card.repr_dims), dtype=np.float32)
         inputs = batch.windows  # the windows the model saw, one per complete row (scaled for stream-scaled models)
-        rows_sent = 0
         started = time.perf_counter()
-        if self._steps is not None:
-            for rows in rounds:
-                raw[rows], z[rows] = self._advance_steps(batch, rows)
-            rows_sent = 2 * len(batch)
-            self._counters["engine_calls"] += len(rounds)
-            if batch.windows.shape[0]:  # a step-engine model is never stream-scaled: these are its windows
-                deviation[batch.complete] = window_deviation(batch.windows)
-        elif batch.windows.shape[0]:
-            complete = np.flatnonzero(batch.complete)
-            inputs = self._scaled_windows(batch, rounds, complete)
-            z_unmasked, z_masked = self.engine.last_step_pair(inputs, batch.starts)
-            raw[complete], z[complete] = raw_score(z_unmasked, z_masked), z_unmasked
-            deviation[complete] = window_deviation(inputs)
-            rows_sent = 2 * len(complete)
-            self._counters["engine_calls"] += 1
+        if batch.windows.shape[0]:
+            inputs = self._scaled_windows(batch, rounds, np.flatnonzero(batch.complete))
+            deviation[batch.complete] = window_deviation(inputs)
+        out = self._scorer.score(batch, rounds, inputs)
+        raw = np.where(batch.complete, raw_score(out.z_unmasked, out.z_masked), np.nan)
+        z, rows_sent = out.z_unmasked, out.rows
+        self._counters["engine_calls"] += out.calls
         seconds += time.perf_counter() - started
         self._counters["engine_rows"] += rows_sent
         scored: list[ScoredReading] = []
@@ -451,27 +469,6 @@ class Monitor:
                 windows[pos] = scale_windows(self._scaler, scaler_rows, windows[pos])
         return windows
 
-    def _refresh_steps(self) -> None:
-        """Rebuild the step state of live lanes whose state is stale from their stored windows."""
-        assert self._steps is not None
-        stale = np.flatnonzero(~self._steps.valid)
-        if stale.size:
-            windows, ends, live = self._store.histories(stale)
-            self._steps.rebuild(stale[live], windows[live], ends[live])
-
-    def _advance_steps(self, batch: StepBatch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Advance one round (at most one row per lane) through the step engine; distances and representations."""
-        assert self._steps is not None
-        idx, steps = batch.stream_idx[rows], batch.step[rows]
-        # A new or reset lane (or a state that does not end just before this step) starts from an empty window.
-        fresh = batch.reset[rows] | ~self._steps.valid[idx] | (self._steps.last_step[idx] != steps - 1)
-        if fresh.any():
-            empty = np.full((int(fresh.sum()), self._store.window - 1, len(self._store.channels)), np.nan, np.float32)
-            self._steps.rebuild(idx[fresh], empty, steps[fresh] - 1)
-        z_unmasked, z_masked = self._steps.advance(idx, batch.prepared[rows], steps)
-        raw = np.where(batch.complete[rows], raw_score(z_unmasked, z_masked), np.nan)
-        return raw, z_unmasked
-
     def _step_round(
         self,
         batch: StepBatch,
@@ -484,7 +481,7 @@ class Monitor:
         alerts: list[AlertOut],
     ) -> None:
         lanes = batch.stream_idx[rows]
-        streams, lane_of = np.unique(self._lane_stream[lanes], return_inverse=True)
+        streams, lane_of = np.unique(self._lane_rows.stream[lanes], return_inverse=True)
         reset = batch.reset[rows]
         if reset.any():
             self._detector.reset(np.unique(streams[lane_of[reset]]), lanes[reset])
@@ -588,7 +585,7 @@ class Monitor:
         if stream not in self._index:
             raise KeyError(f"unknown stream {stream!r}")
         i = self._index[stream]
-        return i, np.flatnonzero(self._lane_stream == i)
+        return i, np.flatnonzero(self._lane_rows.stream == i)
 
     def _scaler_rows(self, lanes: np.ndarray) -> np.ndarray:
         c = self.engine.card.input_dims
@@ -615,21 +612,16 @@ class Monitor:
         for stream in streams:
             self._stream_lanes(stream)  # unknown names are refused before anything changes
         idx = np.array(sorted({self._index[s] for s in streams}), dtype=np.int64)
-        lanes = np.flatnonzero(np.isin(self._lane_stream, idx))
+        lanes = np.flatnonzero(np.isin(self._lane_rows.stream, idx))
         out = self._close(idx, stamp)
         for i in idx.tolist():
             for channel in sorted(self._faults.pop(self._names[i], ())):
                 self._sensor_event(self._names[i], channel, "cleared", math.nan, stamp)
         self._store.remove_streams(lanes)
-        if self._steps is not None:
-            self._steps.remove_streams(lanes)
-        if self._scaler is not None:
-            self._scaler.remove_streams(self._scaler_rows(lanes))
-        self._detector.remove(idx, lanes)
-        self._tracker.remove_streams(idx)
-        self._seen = np.delete(self._seen, idx)
-        kept = np.delete(self._lane_stream, lanes)
-        self._lane_stream = kept - np.searchsorted(idx, kept)  # renumber past the removed streams
+        for _, holder, space, per in self._holders():
+            rows = idx if space == "stream" else lanes
+            holder.remove_streams((rows[:, None] * per + np.arange(per)).ravel())
+        self._lane_rows.stream[:] -= np.searchsorted(idx, self._lane_rows.stream)  # renumber past removed streams
         removed = set(idx.tolist())
         self._names = [name for i, name in enumerate(self._names) if i not in removed]
         self._index = {name: i for i, name in enumerate(self._names)}
@@ -709,9 +701,9 @@ class Monitor:
             log.info("model swap %s -> %s: same inputs, kept the windows, scales and alert state of all %d streams; "
                      "relearnt the model signals of %d lanes from their stored steps in %.2f s", old.card.name,
                      engine.card.name, len(self._names), relearnt, time.perf_counter() - started)  # fmt: skip
-        if not (same_model and self._steps is not None and engine.selected == "step"):
-            # Other weights (or engine): the state is rebuilt from the kept windows before the next step.
-            self._steps = self._new_step_engine(engine)
+        if not (same_model and engine.selected == old.selected):
+            # Other weights (or engine): an engine's state is rebuilt from the kept windows before the next step.
+            self._scorer = self._new_scorer(engine, lanes)
         self._counters["model_swaps"] += 1
 
     def _relearn_detector(self) -> int:
@@ -763,23 +755,22 @@ class Monitor:
 
     # state
 
-    def _parts(self) -> list[tuple[str, Any]]:
-        parts: list[tuple[str, Any]] = [("windows", self._store), ("detector", self._detector),
-                                        ("tracker", self._tracker)]  # fmt: skip
-        if self._scaler is not None:
-            parts.append(("scaler", self._scaler))
-        if self._steps is not None:
-            parts.append(("steps", self._steps))
-        return parts
-
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Everything needed to resume scoring at once, as a flat dict of arrays (``np.savez``; JSON via tolist)."""
+        """Everything needed to resume scoring at once, as a flat dict of arrays (``np.savez``; JSON via tolist),
+        with the rows of every key declared (``stream_state.LAYOUT_KEY``) for ``trep-edge reshard``."""
         config = {"detector": self.detector_config.to_dict(), "sha256": self.engine.sha256,
                   "card": self.engine.card.to_json(), "alerts": asdict(self.alert_config), "names": self._names,
                   "counters": self._counters}  # fmt: skip
-        state = {"monitor/config": np.array(json.dumps(config)), "monitor/lane_stream": self._lane_stream.copy()}
-        for prefix, part in self._parts():
-            state.update({f"{prefix}/{k}": v for k, v in part.state_dict().items()})
+        state = {"monitor/config": np.array(json.dumps(config))}
+        rows = {"monitor/config": Rows(names="stream")}
+        state.update({f"windows/{k}": v for k, v in self._store.state_dict().items()})
+        rows.update(self._store.declare("windows", "lane"))
+        for prefix, holder, space, per in self._holders():
+            part = holder.state_dict()
+            state.update({f"{prefix}/{k}": v for k, v in part.items()})
+            rows.update(declare_holder(prefix, part, space, per))
+        rows["monitor/lanes/stream"] = Rows("lane", refers="stream")
+        declare(state, rows)
         return state
 
     @classmethod
@@ -797,40 +788,48 @@ class Monitor:
         weights keeps everything but the model signals, which it relearns, as ``swap_engine`` does; other detector
         settings keep the windows and scales and restart the detector.
         """
-        def part(prefix: str) -> dict[str, Any]:
-            return {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + "/")}
-
         config = json.loads(str(np.asarray(state["monitor/config"])))
+        store = WindowStore.from_state(engine.card, _part(state, "windows"), windows)
         saved_detector = DetectorConfig.from_dict(config["detector"])
-        store = WindowStore.from_state(engine.card, part("windows"), windows)
         monitor = cls(engine, store.config, alerts or AlertConfig(**config["alerts"]), detector or saved_detector)
-        monitor._store = store
-        monitor._names = list(config["names"])
-        monitor._index = {name: i for i, name in enumerate(monitor._names)}
-        monitor._lane_stream = np.asarray(state["monitor/lane_stream"], dtype=np.int64)
-        monitor._seen = np.full(len(monitor._names), time.time())  # silence is counted from the restore
-        monitor._tracker = AlertTracker.from_state(part("tracker"))
-        monitor._tracker.config = monitor.alert_config
-        lanes, streams = store.n_streams, len(monitor._names)
-        if monitor._lane_stream.shape != (lanes,) or monitor._tracker.n_streams != streams:
-            raise ValueError(f"monitor state is inconsistent: {lanes} lanes mapped by {monitor._lane_stream.shape}, "
-                             f"{streams} streams, {monitor._tracker.n_streams} alert rows")  # fmt: skip
-        if monitor._scaler is not None:
-            saved = part("scaler")
-            monitor._scaler = StreamScaler.from_state(saved) if saved else monitor._new_scaler(lanes)
-        monitor._steps = monitor._new_step_engine(engine)
+        monitor._restore(store, config, saved_detector, state)
+        return monitor
+
+    def _restore(self, store: WindowStore, config: dict[str, Any], saved_detector: DetectorConfig,
+                 state: Mapping[str, Any]) -> None:  # fmt: skip
+        """Adopt a saved state (``from_state``)."""
+        engine = self.engine
+        self._store = store
+        self._names = list(config["names"])
+        self._index = {name: i for i, name in enumerate(self._names)}
+        lanes, streams = store.n_streams, len(self._names)
+        self._lane_rows = LaneRows.from_state(_part(state, "monitor/lanes"))
+        self._stream_rows = StreamRows(streams)
+        self._stream_rows.seen[:] = time.time()  # silence is counted from the restore
+        self._tracker = AlertTracker.from_state(_part(state, "tracker"))
+        self._tracker.config = self.alert_config
+        if self._lane_rows.n_streams != lanes or self._tracker.n_streams != streams:
+            raise ValueError(f"monitor state is inconsistent: {lanes} lanes mapped by {self._lane_rows.n_streams}, "
+                             f"{streams} streams, {self._tracker.n_streams} alert rows")  # fmt: skip
+        if self._scaler is not None:
+            saved = _part(state, "scaler")
+            self._scaler = StreamScaler.from_state(saved) if saved else self._new_scaler(lanes)
+        self._scorer = self._new_scorer(engine, lanes)
         same_model = config["sha256"] == engine.sha256 and config["card"] == engine.card.to_json()
-        if monitor.detector_config != saved_detector:
+        self._detector = self._new_detector(streams, lanes)
+        if self.detector_config != saved_detector:
             log.info("resuming with other detector settings: kept the windows of %d streams; scores restart", streams)
-            monitor._detector = monitor._new_detector(streams, lanes)
         elif same_model:
-            monitor._detector.load_state(part("detector"))
-            if monitor._steps is not None:
-                monitor._steps.load_state(part("steps"), lanes)
+            self._detector.load_state(_part(state, "detector"))
+            self._scorer.restore(_part(state, "steps"), lanes)
         else:  # the state of another model with the same inputs: handed over as by a hot swap
-            monitor._detector.load_state(part("detector"))
-            relearnt = monitor._relearn_detector()
+            self._detector.load_state(_part(state, "detector"))
+            relearnt = self._relearn_detector()
             log.info("resuming with another model (%s): kept the windows, scales and alert state of %d streams; "
                      "relearnt the model signals of %d lanes", engine.card.name, streams, relearnt)  # fmt: skip
-        monitor._counters.update(config["counters"])
-        return monitor
+        self._counters.update(config["counters"])
+
+
+def _part(state: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """The keys of ``state`` under ``prefix/``, without it."""
+    return {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + "/")}

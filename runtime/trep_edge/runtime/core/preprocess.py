@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from trep_edge.runtime.core.model_card import ModelCard
-from trep_edge.runtime.core.scoring import StreamState
+from trep_edge.runtime.core.stream_state import StreamState
 
 def difference(x: np.ndarray, order: int) -> np.ndarray:
     """Difference ``order`` times along the time axis (axis −2 of ``[..., T, C]``), NaN-filling the first steps.

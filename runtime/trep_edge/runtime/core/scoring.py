@@ -20,21 +20,20 @@ paper's evaluations read; the paper's thresholds-and-delay rule on top of them i
 3. ``Calibration`` (the card's ``calibration``): mean and std of the adjusted scores of normal data
    (``calibrate``), and the paper's threshold ``μ + β σ`` (``threshold``).
 
-Streaming state lives in ``StreamState`` subclasses: rows of numpy arrays (row i = stream i), saved and restored
-as a flat dict of arrays (``np.savez``-able, or JSON after ``.tolist()``).
+Streaming state lives in ``stream_state.StreamState`` subclasses: rows of numpy arrays (row i = stream i), saved and
+restored as a flat dict of arrays (``np.savez``-able, or JSON after ``.tolist()``).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping
 
 import numpy as np
 
+from trep_edge.runtime.core.stream_state import StreamState
+
 EPS = 1e-12
 """Floor of the mean previous raw score in the adjusted-score denominator (guards ᾱ_t == 0)."""
-
-StateT = TypeVar("StateT", bound="StreamState")
 
 
 def raw_score(z_unmasked: np.ndarray, z_masked: np.ndarray) -> np.ndarray:
@@ -94,124 +93,6 @@ def adjust_scores(raw: np.ndarray, z: int = 21, min_history: int = 1) -> np.ndar
     out = np.full(raw.shape, np.nan)
     out[scored] = _adjust(values, previous, np.minimum(np.arange(n), z), min_history)
     return out
-
-
-class StreamState:
-    """Per-stream streaming state held as rows of numpy arrays (row i = stream i), with save/restore.
-
-    Subclasses define ``_fresh(n)`` (initial rows for n new streams, one array per attribute name) and
-    ``_config()`` (JSON-able constructor keyword arguments other than ``n_streams``). Each attribute is a view of
-    the first ``n_streams`` rows of a larger buffer that doubles when full: adding streams one at a time (a
-    producer inventing ids) then costs amortised O(1) per stream, not a copy of every stream's state each time.
-    Subclasses update rows in place and never rebind the attributes.
-    """
-
-    def __init__(self, n_streams: int = 0) -> None:
-        fresh = self._fresh(n_streams)
-        self._names = tuple(fresh)
-        self._set_buffers(fresh, n_streams)
-
-    def _set_buffers(self, buffers: dict[str, np.ndarray], n: int) -> None:
-        """Adopt ``buffers`` (first axis: capacity >= n) and expose their first ``n`` rows as the attributes."""
-        self._buffers, self._n = buffers, n
-        for name, buf in buffers.items():
-            setattr(self, name, buf[:n])
-
-    def _fresh(self, n: int) -> dict[str, np.ndarray]:
-        raise NotImplementedError
-
-    def _config(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    @classmethod
-    def _from_config(cls: type[StateT], config: dict[str, Any]) -> StateT:
-        return cls(**config)
-
-    @property
-    def n_streams(self) -> int:
-        """Number of streams (rows)."""
-        return self._n
-
-    def _rows(self, stream_idx: np.ndarray, values: np.ndarray | None = None, name: str = "values") -> np.ndarray:
-        """Validate stream indices (1-D, distinct, in range) and, if given, that ``values`` matches them."""
-        idx = np.asarray(stream_idx)
-        if idx.ndim != 1 or not (np.issubdtype(idx.dtype, np.integer) or idx.size == 0):
-            raise ValueError(f"stream_idx must be a 1-D integer array, got shape {idx.shape} dtype {idx.dtype}")
-        idx = idx.astype(np.int64)
-        if idx.size and (idx.min() < 0 or idx.max() >= self.n_streams):
-            raise ValueError(f"stream_idx must lie in 0..{self.n_streams - 1}; add streams with add_streams first")
-        if np.unique(idx).size != idx.size:
-            raise ValueError("stream_idx must not repeat a stream within one call: feed one reading per stream")
-        if values is not None and np.shape(values) != idx.shape:
-            raise ValueError(f"{name} must have shape {idx.shape} (one value per stream_idx), got {np.shape(values)}")
-        return idx
-
-    def add_streams(self, n: int) -> np.ndarray:
-        """Append ``n`` fresh streams and return their indices."""
-        if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
-        start, buffers = self._n, self._buffers
-        capacity = next(iter(buffers.values())).shape[0]
-        if start + n > capacity:
-            capacity = max(2 * capacity, start + n, 8)
-            grown = {}
-            for name, buf in buffers.items():
-                grown[name] = np.empty((capacity,) + buf.shape[1:], dtype=buf.dtype)
-                grown[name][:start] = buf[:start]
-            buffers = grown
-        for name, rows in self._fresh(n).items():
-            buffers[name][start : start + n] = rows
-        self._set_buffers(buffers, start + n)
-        return np.arange(start, start + n)
-
-    def remove_streams(self, stream_idx: np.ndarray) -> None:
-        """Drop streams; later streams move down to fill the gaps, as ``np.delete`` would renumber them."""
-        idx = self._rows(stream_idx)
-        keep = np.ones(self._n, dtype=bool)
-        keep[idx] = False
-        left = int(keep.sum())
-        for buf in self._buffers.values():
-            buf[:left] = buf[: self._n][keep]
-        self._set_buffers(self._buffers, left)
-
-    def reset_streams(self, stream_idx: np.ndarray) -> None:
-        """Return streams to their initial state, keeping their indices."""
-        idx = self._rows(stream_idx)
-        for name, rows in self._fresh(idx.size).items():
-            getattr(self, name)[idx] = rows
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Return a copy of the state: ``config`` (a JSON string as a 0-d array) and one array per field."""
-        state = {"config": np.array(json.dumps(self._config()))}
-        state.update({name: getattr(self, name).copy() for name in self._names})
-        return state
-
-    @classmethod
-    def from_state(cls: type[StateT], state: Mapping[str, Any]) -> StateT:
-        """Rebuild from ``state_dict()`` output, or from it after ``{k: v.tolist()}`` and a JSON round trip."""
-        obj = cls._from_config(json.loads(str(np.asarray(state["config"]))))
-        arrays = {}
-        # A field newer than the state (a checkpoint written by an earlier version) starts fresh for every stream.
-        present = [name for name in obj._names if name in state]
-        if not present:
-            raise ValueError(f"state has none of the fields {list(obj._names)}")
-        fresh = obj._fresh(int(np.shape(state[present[0]])[0]))
-        for name in obj._names:
-            if name not in state:
-                arrays[name] = fresh[name]
-                continue
-            template = getattr(obj, name)
-            arr = np.asarray(state[name], dtype=template.dtype)
-            if arr.size == 0:
-                arr = arr.reshape((0,) + template.shape[1:])
-            if arr.shape[1:] != template.shape[1:]:
-                raise ValueError(f"state[{name!r}] has shape {arr.shape}, expected [S, *{template.shape[1:]}]")
-            arrays[name] = arr
-        if len({a.shape[0] for a in arrays.values()}) != 1:
-            shapes = {k: a.shape for k, a in arrays.items()}
-            raise ValueError(f"state arrays disagree on the number of streams: {shapes}")
-        obj._set_buffers({name: arr.copy() for name, arr in arrays.items()}, next(iter(arrays.values())).shape[0])
-        return obj
 
 
 class ScoreHistory(StreamState):

@@ -2,31 +2,28 @@
 
 A causal model's file carries a ``step`` graph (``training/trep_edge/training/step_graph.py``): given a stream's new prepared step
 and, per convolution, the K−1 past activations it reads (its *taps*), it returns the step's unmasked and masked
-representations and the activation each convolution must remember. ``StepState`` keeps those activations in one
-ring buffer per convolution for every stream (row i = stream i, slot = absolute step mod ring length), so a
-reading costs one position per layer whatever the window, and ``StepEngine.advance`` runs one onnxruntime call for
-all streams with a new step.
+representations and the activation each convolution must remember. ``StepState`` (a ``stream_state.StreamState``)
+keeps those activations in one ring buffer per convolution for every stream (row i = stream i, slot = absolute step
+mod ring length), so a reading costs one position per layer whatever the window, and ``StepEngine.advance`` runs
+one onnxruntime call for all streams with a new step.
 
 Exactness. The receptive field is at most the card's window (export refuses otherwise), so after a stream's
 state has been fed the steps of its window, its next representation equals the full graph's last step on the
 window ending there (zeros before the window = the zero state). The state is a cache that can always be rebuilt
 from the stored window (``rebuild``); it is also saved with the monitor's checkpoint so a restart resumes at once.
 
-Public API (used by ``runtime/trep_edge/runtime/core/monitor.py``, ``runtime/trep_edge/runtime/core/engine.py`` and ``bench/throughput.py``):
+Public API (used by ``runtime/trep_edge/runtime/core/engine.py``'s ``StepCandidate`` and ``StepScorer``, and by
+``bench/throughput.py``):
 
 - ``StepGraph(session)``: an onnxruntime session of a step graph and its ``StepLayout``.
 - ``StepEngine(graph, card, max_rows=512)``: ``add_streams(n)``, ``remove_streams(idx)``, ``invalidate(idx)``,
   ``valid [S] bool``, ``last_step [S] int64``, ``advance(idx, values, steps) -> (z_unmasked, z_masked)`` (at most
   one step per stream, each stream's next step), ``rebuild(idx, history, end_steps)`` (feed windows ``[S, H, C]``
   ending at ``end_steps`` from a zero state), ``state_bytes_per_stream``, ``state_dict()`` /
-  ``load_state(state)``.
-- ``StepCandidate(session, engine)``: the ``step`` entry of ``engine.CANDIDATES`` (window → last-step pair, for
-  verification against the full graph; ``seconds_per_window`` times one warm step per stream).
+  ``load_state(state, n)``; ``state`` is the ``StepState`` itself.
 """
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -35,6 +32,7 @@ import onnxruntime as ort
 
 from trep_edge.runtime.core.model_card import ModelCard
 from trep_edge.runtime.core.model_file import STEP_LAYOUT_KEY, step_layout
+from trep_edge.runtime.core.stream_state import StreamState
 from trep_edge.runtime.core.time_index import parse_time_index, time_index
 
 
@@ -90,6 +88,23 @@ class StepGraph:
         return [np.concatenate(parts) for parts in zip(*chunks)] if len(chunks) > 1 else chunks[0]
 
 
+class StepState(StreamState):
+    """The step graph's per-stream state: one ring per convolution ``ring<j> [S, (K−1)·d_j, width_j]`` (slot =
+    absolute step mod ring length), the step each stream's state ends at ``last_step [S]`` and ``valid [S]``."""
+
+    def __init__(self, kernel_size: int, dilations: list[int], widths: list[int], n_streams: int = 0) -> None:
+        self.kernel_size, self.dilations, self.widths = int(kernel_size), list(dilations), list(widths)
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        rings = {f"ring{j}": np.zeros((n, (self.kernel_size - 1) * d, w), dtype=np.float32)
+                 for j, (d, w) in enumerate(zip(self.dilations, self.widths))}  # fmt: skip
+        return {**rings, "last_step": np.zeros(n, dtype=np.int64), "valid": np.zeros(n, dtype=bool)}
+
+    def _config(self) -> dict[str, Any]:
+        return {"kernel_size": self.kernel_size, "dilations": self.dilations, "widths": self.widths}
+
+
 class StepEngine:
     """Per-stream state of a causal model and the step graph that advances it (module docstring)."""
 
@@ -108,14 +123,27 @@ class StepEngine:
         self.convention = conv
         self.layout = graph.layout
         self._k = self.layout.kernel_size
-        self.rings = [np.zeros((0, n, w), dtype=np.float32) for n, w in zip(self.layout.ring_lengths, self.layout.widths)]
-        self.last_step = np.zeros(0, dtype=np.int64)
-        self.valid = np.zeros(0, dtype=bool)
+        self.state = StepState(self.layout.kernel_size, list(self.layout.dilations), list(self.layout.widths))
+
+    @property
+    def rings(self) -> list[np.ndarray]:
+        """Each convolution's ring ``[S, (K−1)·d, width]``."""
+        return [getattr(self.state, f"ring{j}") for j in range(len(self.layout.dilations))]
+
+    @property
+    def last_step(self) -> np.ndarray:
+        """``[S]`` the step each stream's state ends at."""
+        return self.state.last_step
+
+    @property
+    def valid(self) -> np.ndarray:
+        """``[S]`` whether each stream's state is usable (else rebuild it before its next step)."""
+        return self.state.valid
 
     @property
     def n_streams(self) -> int:
         """Number of streams (rows)."""
-        return int(self.last_step.shape[0])
+        return self.state.n_streams
 
     @property
     def state_bytes_per_stream(self) -> int:
@@ -126,15 +154,11 @@ class StepEngine:
 
     def add_streams(self, n: int) -> None:
         """Append ``n`` streams without state (``valid`` False: rebuild before advancing)."""
-        self.rings = [np.concatenate([r, np.zeros((n, *r.shape[1:]), dtype=np.float32)]) for r in self.rings]
-        self.last_step = np.concatenate([self.last_step, np.zeros(n, dtype=np.int64)])
-        self.valid = np.concatenate([self.valid, np.zeros(n, dtype=bool)])
+        self.state.add_streams(n)
 
     def remove_streams(self, idx: np.ndarray) -> None:
         """Drop streams; later streams move down (``np.delete`` numbering)."""
-        self.rings = [np.delete(r, idx, axis=0) for r in self.rings]
-        self.last_step = np.delete(self.last_step, idx)
-        self.valid = np.delete(self.valid, idx)
+        self.state.remove_streams(np.asarray(idx, dtype=np.int64))
 
     def invalidate(self, idx: np.ndarray | slice) -> None:
         """Mark streams' state stale (reset, other weights): they must be rebuilt before their next step."""
@@ -199,77 +223,16 @@ class StepEngine:
     # state
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The rings, last steps and validity, as flat arrays (``np.savez``-able)."""
-        state = {f"ring{j}": r.copy() for j, r in enumerate(self.rings)}
-        state.update(last_step=self.last_step.copy(), valid=self.valid.copy(),
-                     layout=np.array(json.dumps(self._layout_dict())))  # fmt: skip
-        return state
-
-    def _layout_dict(self) -> dict[str, Any]:
-        lay = self.layout
-        return {"kernel_size": lay.kernel_size, "dilations": list(lay.dilations), "widths": list(lay.widths)}
+        """The rings, last steps and validity, as flat arrays (``np.savez``-able); ``config`` holds the layout."""
+        return self.state.state_dict()
 
     def load_state(self, state: Mapping[str, Any], n_streams: int) -> None:
         """Restore ``state_dict()`` output for ``n_streams`` streams; a state of another layout leaves them stale."""
-        self.rings = [np.zeros((n_streams, *r.shape[1:]), dtype=np.float32) for r in self.rings]
-        self.last_step = np.zeros(n_streams, dtype=np.int64)
-        self.valid = np.zeros(n_streams, dtype=bool)
-        if "layout" not in state or json.loads(str(np.asarray(state["layout"]))) != self._layout_dict():
-            return
-        rings = [np.asarray(state[f"ring{j}"], dtype=np.float32) for j in range(len(self.rings))]
-        if any(r.shape != mine.shape for r, mine in zip(rings, self.rings)) or len(state["valid"]) != n_streams:
-            return
-        self.rings = [r.copy() for r in rings]
-        self.last_step = np.asarray(state["last_step"], dtype=np.int64).copy()
-        self.valid = np.asarray(state["valid"], dtype=bool).copy()
-
-
-class StepCandidate:
-    """The ``step`` engine for ``runtime.engine.select_engine``: same ``name``/``pair``/``seconds_per_window``
-    as ``engine.Candidate`` (not a subclass, so this module does not import ``engine``)."""
-
-    name = "step"
-
-    def __init__(self, session: ort.InferenceSession, engine: Any) -> None:
-        self.engine = engine
-        self.graph = StepGraph(session)
-
-    def _fresh(self, n: int) -> StepEngine:
-        steps = StepEngine(self.graph, self.engine.card)
-        steps.add_streams(n)
-        return steps
-
-    def pair(self, windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Last-step pair of ``windows [S, W, C]``: state rebuilt from the first W−1 steps, then one step.
-
-        Consecutive sliding windows of one series (offline scoring, calibration) are swept instead: one rebuild,
-        then one step per window, the same numbers for a fraction of the work.
-        """
-        s, w, _ = windows.shape
-        ends = np.asarray(starts, dtype=np.int64) + w - 1
-        if s > 1 and np.all(np.diff(ends) == 1) and np.array_equal(windows[1:, :-1], windows[:-1, 1:], equal_nan=True):
-            return self._sweep(windows, ends)
-        idx = np.arange(s)
-        steps = self._fresh(s)
-        steps.rebuild(idx, windows[:, :-1], ends - 1)
-        return steps.advance(idx, windows[:, -1], ends)
-
-    def _sweep(self, windows: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        steps, one = self._fresh(1), np.zeros(1, dtype=np.int64)
-        steps.rebuild(one, windows[:1, :-1], ends[:1] - 1)
-        pairs = [steps.advance(one, windows[i : i + 1, -1], ends[i : i + 1]) for i in range(len(windows))]
-        return np.concatenate([u for u, _ in pairs]), np.concatenate([m for _, m in pairs])
-
-    def seconds_per_window(self, windows: np.ndarray, starts: np.ndarray, repeats: int = 3) -> float:
-        """What one reading costs in production: best of ``repeats`` warm steps of all rows, per row."""
-        s, w, _ = windows.shape
-        idx = np.arange(s)
-        steps = self._fresh(s)
-        ends = np.asarray(starts, dtype=np.int64) + w - 1
-        steps.rebuild(idx, windows[:, :-1], ends - 1)
-        best = float("inf")
-        for r in range(repeats + 1):
-            began = time.perf_counter()
-            steps.advance(idx, windows[:, -1], ends + r)
-            best = min(best, time.perf_counter() - began) if r else best
-        return best / s
+        fresh = StepState(self.layout.kernel_size, list(self.layout.dilations), list(self.layout.widths), n_streams)
+        try:
+            saved = StepState.from_state(state)
+        except (KeyError, ValueError):  # no step state saved, or rings of other shapes: rebuilt from the windows
+            saved = None
+        layout = (fresh.kernel_size, fresh.dilations, fresh.widths)
+        same = saved is not None and (saved.kernel_size, saved.dilations, saved.widths) == layout
+        self.state = saved if same and saved.n_streams == n_streams else fresh

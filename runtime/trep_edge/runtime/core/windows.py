@@ -32,8 +32,9 @@ Policies (``WindowConfig`` holds the knobs):
   reset, as at the start of a recording), then ``card.normalisation`` applies. A step whose prepared value has a
   NaN channel is *incomplete*: the model masks such a step, so its masked/unmasked score would be a meaningless 0.
 
-Storage is one float32 array ``[S, W, C]`` of prepared windows (oldest step first) and ``[S, d, C]`` of raw
-differencing memory for all streams, grown by doubling as streams appear; per-step Python work is bookkeeping.
+Storage is ``WindowRows``, a ``stream_state.StreamState``: one float32 array ``[S, W, C]`` of prepared windows
+(oldest step first), ``[S, d, C]`` of raw differencing memory and a few ``[S]`` arrays for all streams, grown by
+doubling as streams appear; per-step Python work is bookkeeping.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ import numpy as np
 from trep_edge.runtime.core.model_card import ModelCard
 from trep_edge.runtime.core.reading import Reading
 from trep_edge.runtime.core.preprocess import Normalisation, difference, forward_fill
+from trep_edge.runtime.core.stream_state import Rows, StreamState
 
 WINDOW_REJECTIONS = ("late", "ahead", "empty", "non_finite", "absurd_timestamp", "too_many_streams", "wrong_type")
 """Kinds ``WindowStore.ingest`` (and ``Monitor.ingest``) return for a reading it drops."""
@@ -143,6 +145,38 @@ class _Pending:
     reset: bool = False  # the stream restarts at this step
 
 
+class WindowRows(StreamState):
+    """The window store's per-stream arrays (row i = stream i): prepared windows ``buf [S, W, C]`` (oldest step
+    first), raw differencing memory ``mem [S, d, C]``, forward-fill carry-over (each channel's last observed raw
+    value ``fill`` and its age in steps ``fill_age``), the last finalised step and whether the stream has started
+    or waits for a reset, the late and ahead runs, and the observed sampling period (newest reading time
+    ``seen_at``, mean log10 interval ``interval_log``, intervals seen ``intervals``)."""
+
+    def __init__(self, channels: int, window: int, order: int, n_streams: int = 0) -> None:
+        self.channels, self.window, self.order = int(channels), int(window), int(order)
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        c = self.channels
+        return {
+            "buf": np.full((n, self.window, c), np.nan, dtype=np.float32),
+            "mem": np.full((n, self.order, c), np.nan, dtype=np.float32),
+            "fill": np.full((n, c), np.nan, dtype=np.float32),
+            "fill_age": np.zeros((n, c), dtype=np.float64),
+            "last": np.zeros(n, dtype=np.int64),
+            "started": np.zeros(n, dtype=bool),
+            "needs_reset": np.zeros(n, dtype=bool),
+            "late_run": np.zeros(n, dtype=np.int64),
+            "ahead_run": np.zeros(n, dtype=np.int64),
+            "seen_at": np.full(n, np.nan),
+            "interval_log": np.zeros(n),
+            "intervals": np.zeros(n, dtype=np.int64),
+        }
+
+    def _config(self) -> dict[str, Any]:
+        return {"channels": self.channels, "window": self.window, "order": self.order}
+
+
 class WindowStore:
     """Windows of every stream of one model (module docstring); stream i is row i of every array."""
 
@@ -162,36 +196,14 @@ class WindowStore:
         self.index: dict[str, int] = {}
         self.counters = dict.fromkeys(self.COUNTERS, 0)
         self._pending: list[dict[int, _Pending]] = []
-        self._allocate(0)
+        self._rows = WindowRows(len(self.channels), self.window, self.order)
 
     # storage
 
-    def _allocate(self, capacity: int) -> None:
-        c = len(self.channels)
-        self._buf = np.full((capacity, self.window, c), np.nan, dtype=np.float32)
-        self._mem = np.full((capacity, self.order, c), np.nan, dtype=np.float32)
-        # Forward-fill carry-over: each channel's last observed raw value and its age in steps.
-        self._fill = np.full((capacity, c), np.nan, dtype=np.float32)
-        self._fill_age = np.zeros((capacity, c), dtype=np.float64)
-        self._last = np.zeros(capacity, dtype=np.int64)
-        self._started = np.zeros(capacity, dtype=bool)
-        self._needs_reset = np.zeros(capacity, dtype=bool)
-        self._late_run = np.zeros(capacity, dtype=np.int64)
-        self._ahead_run = np.zeros(capacity, dtype=np.int64)
-        # The stream's own sampling period, observed: newest reading time, mean log10 interval, intervals seen.
-        self._seen_at = np.full(capacity, np.nan)
-        self._interval_log = np.zeros(capacity)
-        self._intervals = np.zeros(capacity, dtype=np.int64)
-
-    _ARRAYS = ("_buf", "_mem", "_fill", "_fill_age", "_last", "_started", "_needs_reset", "_late_run", "_ahead_run",
-               "_seen_at", "_interval_log", "_intervals")  # fmt: skip
-
-    def _grow(self) -> None:
-        n = self.n_streams
-        old = {name: getattr(self, name) for name in self._ARRAYS}
-        self._allocate(max(8, 2 * old["_buf"].shape[0]))
-        for name, arr in old.items():
-            getattr(self, name)[:n] = arr[:n]
+    @property
+    def rows(self) -> "WindowRows":
+        """The per-stream arrays (``stream_state.StreamState``), for the monitor's state and its layout."""
+        return self._rows
 
     @property
     def n_streams(self) -> int:
@@ -202,38 +214,18 @@ class WindowStore:
         """Register a new stream (fresh, NaN window) and return its index."""
         if name in self.index:
             raise ValueError(f"stream {name!r} already exists")
-        if self.n_streams == self._buf.shape[0]:
-            self._grow()
-        i = self.n_streams
-        self._clear(i)
+        i = int(self._rows.add_streams(1)[0])
         self.names.append(name)
         self.index[name] = i
         self._pending.append({})
         return i
 
-    def _clear(self, i: int) -> None:
-        self._buf[i] = np.nan
-        self._mem[i] = np.nan
-        self._fill[i] = np.nan
-        self._fill_age[i] = 0
-        self._last[i] = 0
-        self._started[i] = False
-        self._needs_reset[i] = False
-        self._late_run[i] = 0
-        self._ahead_run[i] = 0
-        self._seen_at[i] = np.nan
-        self._interval_log[i] = 0.0
-        self._intervals[i] = 0
-
     def remove_streams(self, idx: np.ndarray) -> None:
         """Forget streams ``idx`` in one pass; later streams move down (``np.delete`` numbering)."""
-        n = self.n_streams
-        keep = np.ones(n, dtype=bool)
-        keep[np.asarray(idx, dtype=np.int64)] = False
-        left = int(keep.sum())
-        for name in self._ARRAYS:
-            arr = getattr(self, name)
-            arr[:left] = arr[:n][keep]
+        idx = np.unique(np.asarray(idx, dtype=np.int64))
+        self._rows.remove_streams(idx)
+        keep = np.ones(len(self.names), dtype=bool)
+        keep[idx] = False
         self.counters["discarded"] += sum(len(p) for p, k in zip(self._pending, keep) if not k)
         self._pending = [p for p, k in zip(self._pending, keep) if k]
         self.names = [name for name, k in zip(self.names, keep) if k]
@@ -249,20 +241,20 @@ class WindowStore:
 
     def request_reset(self, i: int) -> None:
         """Reset stream ``i`` before its next step (window, differencing memory; the monitor its scores)."""
-        self._started[i] = False
-        self._needs_reset[i] = True
-        self._late_run[i] = 0
-        self._ahead_run[i] = 0
+        self._rows.started[i] = False
+        self._rows.needs_reset[i] = True
+        self._rows.late_run[i] = 0
+        self._rows.ahead_run[i] = 0
 
     def window_of(self, i: int) -> np.ndarray:
         """A copy of stream ``i``'s current prepared window ``[W, C]`` (oldest step first)."""
-        return self._buf[i].copy()
+        return self._rows.buf[i].copy()
 
     def histories(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Streams' current windows ``[S, W, C]``, the step each ends at, and whether it holds a live stream
         (started and not waiting for a reset; otherwise the next step starts from an empty window)."""
-        live = self._started[idx] & ~self._needs_reset[idx]
-        return self._buf[idx].copy(), self._last[idx].copy(), live
+        live = self._rows.started[idx] & ~self._rows.needs_reset[idx]
+        return self._rows.buf[idx].copy(), self._rows.last[idx].copy(), live
 
     def pending_steps(self, i: int) -> list[int]:
         """Steps of stream ``i`` received but not finalised yet, in time order."""
@@ -300,21 +292,21 @@ class WindowStore:
                 return self._reject("too_many_streams")
             i = self.add_stream(reading.stream)
         k = self.step_of(timestamp)
-        if self._started[i] and k <= self._last[i]:
-            self._late_run[i] += 1
-            if not self.config.reanchor_after or self._late_run[i] < self.config.reanchor_after:
+        if self._rows.started[i] and k <= self._rows.last[i]:
+            self._rows.late_run[i] += 1
+            if not self.config.reanchor_after or self._rows.late_run[i] < self.config.reanchor_after:
                 return self._reject("late")
             self.counters["reanchors"] += 1
             self.counters["discarded"] += len(self._pending[i])
             self._pending[i].clear()
             self.request_reset(i)
-        self._late_run[i] = 0
-        newest = max(self._pending[i], default=int(self._last[i]) if self._started[i] else None)
+        self._rows.late_run[i] = 0
+        newest = max(self._pending[i], default=int(self._rows.last[i]) if self._rows.started[i] else None)
         if newest is not None and k - newest > self.config.max_gap + 1:
-            self._ahead_run[i] += 1
-            if self._ahead_run[i] < self.config.jump_confirm:
+            self._rows.ahead_run[i] += 1
+            if self._rows.ahead_run[i] < self.config.jump_confirm:
                 return self._reject("ahead")
-        self._ahead_run[i] = 0
+        self._rows.ahead_run[i] = 0
         pending = self._pending[i].get(k)
         if pending is None:
             pending = _Pending(np.full(len(self.channels), np.nan), timestamp,
@@ -336,18 +328,18 @@ class WindowStore:
         """Learn the stream's sampling interval from its reading times. Readings within ``settle`` of the newest are
         one step's channels sent apart, not a sampling interval; the mean is of log intervals (a gap or a burst
         moves it by a factor, not by its length) over about the last 20."""
-        gap = timestamp - self._seen_at[i]
+        gap = timestamp - self._rows.seen_at[i]
         if not gap <= 0:  # the first reading (NaN) or a newer one
-            self._seen_at[i] = timestamp
+            self._rows.seen_at[i] = timestamp
         if gap > max(self.config.settle, 1e-9):
-            n = min(int(self._intervals[i]) + 1, 20)
-            self._interval_log[i] += (math.log10(gap) - self._interval_log[i]) / n
-            self._intervals[i] += 1
+            n = min(int(self._rows.intervals[i]) + 1, 20)
+            self._rows.interval_log[i] += (math.log10(gap) - self._rows.interval_log[i]) / n
+            self._rows.intervals[i] += 1
 
     def observed_periods(self, min_intervals: int = 8) -> np.ndarray:
         """Each stream's observed sampling period in seconds (``[S]``; NaN before ``min_intervals`` intervals)."""
         n = self.n_streams
-        return np.where(self._intervals[:n] >= min_intervals, 10.0 ** self._interval_log[:n], np.nan)
+        return np.where(self._rows.intervals[:n] >= min_intervals, 10.0 ** self._rows.interval_log[:n], np.nan)
 
     def _reject(self, kind: str) -> str:
         self.counters[kind] += 1
@@ -391,8 +383,8 @@ class WindowStore:
             ready = self._ready(pending, now)
             if not ready:
                 continue
-            reset = bool(self._needs_reset[i])
-            prev = int(self._last[i]) if self._started[i] else None
+            reset = bool(self._rows.needs_reset[i])
+            prev = int(self._rows.last[i]) if self._rows.started[i] else None
             seg_stream.append(i)
             seg_from_buf.append(not reset)
             n = 0
@@ -413,9 +405,9 @@ class WindowStore:
                     self.counters["gap_filled_steps"] += step - prev - 1
                 add_row(i, step, entry.timestamp, entry.values, True, reset, n)
                 n, reset, prev = n + 1, False, step
-            self._last[i] = prev
-            self._started[i] = True
-            self._needs_reset[i] = False
+            self._rows.last[i] = prev
+            self._rows.started[i] = True
+            self._rows.needs_reset[i] = False
 
         if not seg_stream:
             return self._empty_batch()
@@ -446,13 +438,13 @@ class WindowStore:
         filled = self._forward_fill(raw, seg, seg_len, seg_stream, seg_from_buf)
         raw_off, raw_pos, raw_end = layout(d)
         ext_raw = np.full((int(raw_end[-1]), raw.shape[1]), np.nan, dtype=np.float32)
-        ext_raw[(raw_off[:, None] + np.arange(d))[seg_from_buf]] = self._mem[seg_stream[seg_from_buf]]
+        ext_raw[(raw_off[:, None] + np.arange(d))[seg_from_buf]] = self._rows.mem[seg_stream[seg_from_buf]]
         ext_raw[raw_pos] = filled
         prepared = self._norm.apply(difference(ext_raw, d)[raw_pos])
 
         prep_off, prep_pos, prep_end = layout(w)
         ext = np.full((int(prep_end[-1]), raw.shape[1]), np.nan, dtype=np.float32)
-        ext[(prep_off[:, None] + np.arange(w))[seg_from_buf]] = self._buf[seg_stream[seg_from_buf]]
+        ext[(prep_off[:, None] + np.arange(w))[seg_from_buf]] = self._rows.buf[seg_stream[seg_from_buf]]
         ext[prep_pos] = prepared
 
         reading = np.array(rows["reading"], dtype=bool)
@@ -463,8 +455,8 @@ class WindowStore:
 
         # A stream's last segment holds its newest W prepared and d raw rows: its state for the next collect.
         last = np.flatnonzero(np.append(seg_stream[1:] != seg_stream[:-1], True))
-        self._buf[seg_stream[last]] = ext[prep_end[last][:, None] - w + np.arange(w)]
-        self._mem[seg_stream[last]] = ext_raw[raw_end[last][:, None] - d + np.arange(d)]
+        self._rows.buf[seg_stream[last]] = ext[prep_end[last][:, None] - w + np.arange(w)]
+        self._rows.mem[seg_stream[last]] = ext_raw[raw_end[last][:, None] - d + np.arange(d)]
         return StepBatch(
             stream_idx=np.array(rows["stream"], dtype=np.int64),
             step=step,
@@ -492,16 +484,16 @@ class WindowStore:
         ext = np.full((int(offsets[-1] + seg_len[-1] + 1), raw.shape[1]), np.nan, dtype=np.float32)
         age = np.zeros(ext.shape, dtype=np.float64)
         carry = seg_stream[seg_from_buf]
-        ext[offsets[seg_from_buf]] = self._fill[carry]
-        age[offsets[seg_from_buf]] = self._fill_age[carry]
+        ext[offsets[seg_from_buf]] = self._rows.fill[carry]
+        age[offsets[seg_from_buf]] = self._rows.fill_age[carry]
         ext[pos] = raw
         barrier = np.zeros(len(ext), dtype=bool)
         barrier[offsets] = True
         out, carried, carried_age = forward_fill(ext, limit, barrier, age)
         last = np.flatnonzero(np.append(seg_stream[1:] != seg_stream[:-1], True))
         end = offsets[last] + seg_len[last]
-        self._fill[seg_stream[last]] = carried[end]
-        self._fill_age[seg_stream[last]] = carried_age[end]
+        self._rows.fill[seg_stream[last]] = carried[end]
+        self._rows.fill_age[seg_stream[last]] = carried_age[end]
         return out[pos]
 
     def _empty_batch(self) -> StepBatch:
@@ -515,12 +507,11 @@ class WindowStore:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Plain arrays (``np.savez``-able; JSON after ``.tolist()``), pending steps included."""
-        n = self.n_streams
         pend = [(i, k, p) for i, steps in enumerate(self._pending) for k, p in sorted(steps.items())]
         config = {"window_config": asdict(self.config), "contract": input_contract(self.card),
                   "names": self.names, "counters": self.counters}  # fmt: skip
         state = {"config": np.array(json.dumps(config))}
-        state.update({name.lstrip("_"): getattr(self, name)[:n].copy() for name in self._ARRAYS})
+        state.update({k: v for k, v in self._rows.state_dict().items() if k != "config"})
         state["pending_stream"] = np.array([i for i, _, _ in pend], dtype=np.int64)
         state["pending_step"] = np.array([k for _, k, _ in pend], dtype=np.int64)
         state["pending_values"] = np.array([p.values for _, _, p in pend]).reshape(len(pend), len(self.channels))
@@ -528,6 +519,15 @@ class WindowStore:
         state["pending_arrival"] = np.array([p.arrival for _, _, p in pend], dtype=np.float64)
         state["pending_reset"] = np.array([p.reset for _, _, p in pend], dtype=bool)
         return state
+
+    def declare(self, prefix: str, space: str) -> dict[str, Rows]:
+        """The rows of ``state_dict()`` stored under ``prefix/``, one stream of this store per entry of ``space``:
+        its config lists the names, the pending steps are a table of entries pointing at their stream."""
+        pending = f"{prefix}/pending"
+        rows = {f"{prefix}/{k}": Rows(space) for k in self._rows.fields}
+        rows.update({f"{prefix}/pending_{k}": Rows(pending) for k in ("step", "values", "timestamp", "arrival",
+                                                                       "reset")})  # fmt: skip
+        return {**rows, f"{prefix}/config": Rows(names=space), f"{prefix}/pending_stream": Rows(pending, refers=space)}
 
     @classmethod
     def from_state(cls, card: ModelCard, state: Mapping[str, Any], config: WindowConfig | None = None) -> "WindowStore":
@@ -543,17 +543,11 @@ class WindowStore:
         store = cls(card, config)
         for name in saved["names"]:
             store.add_stream(name)
-        n = store.n_streams
-        for name in cls._ARRAYS:
-            if name.lstrip("_") not in state:  # saved before the field existed: it starts fresh
-                continue
-            arr = np.asarray(state[name.lstrip("_")], dtype=getattr(store, name).dtype)
-            target = getattr(store, name)[:n]
-            if arr.size == 0 and target.size == 0:
-                continue
-            if arr.shape != target.shape:
-                raise ValueError(f"window state {name.lstrip('_')!r} has shape {arr.shape}, expected {target.shape}")
-            target[...] = arr
+        rows = {k: v for k, v in state.items() if k in store._rows.fields}
+        if rows:  # a field newer than the state starts fresh (StreamState.from_state)
+            store._rows = WindowRows.from_state({**rows, "config": np.array(json.dumps(store._rows._config()))})
+        if store._rows.n_streams != store.n_streams:
+            raise ValueError(f"window state has {store._rows.n_streams} rows for {store.n_streams} named streams")
         store.counters.update(saved["counters"])
         values = np.asarray(state["pending_values"], dtype=np.float64).reshape(-1, len(store.channels))
         resets = np.asarray(state.get("pending_reset", np.zeros(len(values), dtype=bool)), dtype=bool).tolist()

@@ -13,6 +13,10 @@ and ``control``: ``control_topics.Control.to_json()``, the acknowledged episodes
 messages a silence holds back, so that a restart keeps them.
 Readers ignore meta keys they do not know, so an optional key needs no new format number.
 
+The state declares what indexes the rows of each of its keys (``stream_state.LAYOUT_KEY``, written by
+``Monitor.state_dict``), which ``reshard`` moves by; checkpoints written before the declaration existed (format 1
+without it) restore nowhere warm: a daemon refuses them as it refuses any unreadable state and starts fresh.
+
 A daemon of several models (``[[routes]]``) writes one file: the default model's state and meta exactly as a daemon
 of one model does (so adding or removing routes keeps the default model's streams), and each routed model's state
 under ``route/NAME/`` with its meta (``model``, ``model_sha256``, ``lifecycle``) under ``meta["routes"][NAME]``;
@@ -31,7 +35,7 @@ from trep_edge.runtime.service.atomic_file import write_atomically
 if TYPE_CHECKING:  # the daemon's models; reshard reads and writes checkpoints without loading any
     from trep_edge.runtime.service.routing import ModelUnit
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2
 META_KEY = "daemon/meta"
 DEFAULT_MODEL = ""
 """The key of the default model (``[model]``) in ``join_models`` / ``split_models``."""

@@ -5,18 +5,13 @@ merges them and writes one checkpoint per new shard, each stream's state going t
 (``runtime/trep_edge/runtime/core/sharding.py``). A restarted deployment of M daemons then resumes every stream warm, exactly as if it had
 never moved (tests/deploy/test_scale_out.py checks scores and alerts against an un-resharded run).
 
-The monitor's state (``Monitor.state_dict()``) is a flat dict of arrays. Nothing here names its keys: each is
-classified by its shape, so state added to the monitor later moves with its stream without changes here:
-
-- a 0-d array is a setting (JSON text, or a scalar): equal in every old checkpoint (else the shards ran other
-  models or settings and are refused), copied to every new one. Two fields of a JSON setting are not settings:
-  ``names`` (the stream ids, in the window store's setting ``windows/config`` and in the monitor's) are rebuilt,
-  and ``counters`` (running event totals) restart at zero after a merge, as after any fresh start;
-- a 1-d integer array ``P/..._stream`` of stream indices makes an entry table: the arrays beside it with the same
-  prefix (e.g. ``windows/pending_step`` beside ``windows/pending_stream``) hold one row per entry, and move with
-  the entry's stream;
-- any other array must have one row per stream (first dimension = the number of streams) and moves with its
-  stream; a key that fits none of these is refused with its name, rather than guessed.
+The monitor's state (``Monitor.state_dict()``) is a flat dict of arrays that declares what indexes the rows of
+each key (``runtime/trep_edge/runtime/core/stream_state.py``: per stream, per lane, per pending step, or a setting). Nothing here
+names the monitor's keys: ``stream_state.select`` and ``stream_state.concatenate`` move every key by its
+declaration, so state added to the monitor later moves with its stream once it is declared, and a key the state
+does not declare (or whose rows do not fit its declaration) is refused with its name rather than guessed. Settings
+must be equal in every old checkpoint (else the shards ran other models or settings and are refused) but for
+their running ``counters``, which restart at zero after a merge, as after any fresh start.
 
 A checkpoint of several models (``[[routes]]``) is split by ``checkpoint.split_models``, and each model's streams
 are resharded on their own: every old checkpoint must hold the same models.
@@ -32,15 +27,15 @@ import numpy as np
 
 from trep_edge.runtime.service.checkpoint import join_models, load_checkpoint, save_checkpoint, split_models
 from trep_edge.runtime.core.sharding import Shard, shard_of
+from trep_edge.runtime.core.stream_state import ROOT, concatenate, counts, layout_of, select
 
 State = Mapping[str, np.ndarray]
-NAMES_KEY = "windows/config"
+NAMES_KEY = "monitor/config"
 """The setting whose JSON ``names`` lists the stream ids, in the row order of every per-stream array."""
 RUNNING_FIELDS = ("names", "counters")
-"""Fields of a JSON setting that differ between shards by design (rebuilt or reset here, not compared)."""
-INDEX_SUFFIX = "_stream"
-LANES_KEY = "monitor/lane_stream"
-"""The stream of each window-store row (lane); resharding needs one lane per stream (a fixed-channel model)."""
+"""Fields of a JSON setting that differ between shards by design (moved or reset here, not compared)."""
+LANES_KEY = "monitor/lanes/stream"
+"""The stream of each lane; resharding needs one lane per stream (a fixed-channel model)."""
 
 
 def stream_names(state: State) -> list[str]:
@@ -50,75 +45,19 @@ def stream_names(state: State) -> list[str]:
     return list(json.loads(str(np.asarray(state[NAMES_KEY])))["names"])
 
 
-def _index_key(key: str, state: State) -> str | None:
-    """The ``*_stream`` index array of the entry table ``key`` belongs to, if any."""
-    for other, value in state.items():
-        is_index = other.endswith(INDEX_SUFFIX) and np.asarray(value).ndim == 1 and np.asarray(value).dtype.kind in "iu"
-        if is_index and key.startswith(other[: -len("stream")]):
-            return other
-    return None
-
-
-def classify(state: State) -> dict[str, str]:
-    """Each key's kind: ``setting``, ``stream`` (one row per stream) or an entry table's index key."""
-    n = len(stream_names(state))
-    if LANES_KEY in state and not np.array_equal(np.asarray(state[LANES_KEY]), np.arange(n)):
+def _check(state: State) -> dict[str, int]:
+    """The state's rows per space, refusing what cannot be resharded."""
+    n = counts(state)
+    if LANES_KEY in state and not np.array_equal(np.asarray(state[LANES_KEY]), np.arange(n.get(ROOT, 0))):
         raise ValueError("this checkpoint's streams have several lanes (a channel-independent model): resharding "
                          "it is not supported; start the new shards without it (the streams warm up again)")
-    kinds: dict[str, str] = {}
-    for key, value in state.items():
-        value = np.asarray(value)
-        index = _index_key(key, state)
-        if value.ndim == 0:
-            kinds[key] = "setting"
-        elif index is not None:
-            rows = np.asarray(state[index]).shape[0]
-            if value.shape[0] != rows:
-                raise ValueError(f"state key {key!r} has {value.shape[0]} rows but its index {index!r} has {rows}")
-            kinds[key] = index
-        elif value.shape[0] == n:
-            kinds[key] = "stream"
-        else:
-            raise ValueError(f"cannot move state key {key!r} (shape {value.shape}) between shards: it is not a "
-                             f"setting (0-d), a per-stream array (first dimension = the {n} streams) or part of an "
-                             f"entry table indexed by a '*{INDEX_SUFFIX}' array; teach runtime/trep_edge/runtime/service/reshard.py about it")
-    for key, kind in kinds.items():
-        if kind == key:  # an index: its stream numbers must exist
-            idx = np.asarray(state[key])
-            if idx.size and (idx.min() < 0 or idx.max() >= n):
-                raise ValueError(f"state key {key!r} points at streams outside 0..{n - 1}")
-    return kinds
+    return n
 
 
 def select_streams(state: State, keep: np.ndarray) -> dict[str, np.ndarray]:
     """The state of the streams where ``keep`` (bool, one per stream) is true, in their order."""
-    names = stream_names(state)
-    keep = np.asarray(keep, dtype=bool)
-    if keep.shape != (len(names),):
-        raise ValueError(f"keep must have one flag per stream ({len(names)}), got shape {keep.shape}")
-    kinds = classify(state)
-    renumber = np.cumsum(keep) - 1
-    out: dict[str, np.ndarray] = {}
-    for key, value in state.items():
-        kind, value = kinds[key], np.asarray(value)
-        if kind == "setting":
-            out[key] = value.copy()
-        elif kind == "stream":
-            out[key] = value[keep].copy()
-        else:
-            rows = keep[np.asarray(state[kind], dtype=np.int64)]
-            out[key] = renumber[value[rows]] if key == kind else value[rows].copy()
-    _rename(out, [n for n, k in zip(names, keep.tolist()) if k])
-    return out
-
-
-def _rename(state: dict[str, np.ndarray], names: list[str]) -> None:
-    """Set ``names`` in every JSON setting that lists the streams (the window store's and the monitor's)."""
-    for key, value in state.items():
-        parsed = json.loads(str(value)) if value.ndim == 0 and value.dtype.kind == "U" else None
-        if isinstance(parsed, dict) and "names" in parsed:
-            parsed["names"] = names
-            state[key] = np.array(json.dumps(parsed))
+    _check(state)
+    return select(state, keep)
 
 
 def _comparable(value: np.ndarray) -> Any:
@@ -135,7 +74,7 @@ def _comparable(value: np.ndarray) -> Any:
 def _fresh_counters(value: np.ndarray) -> np.ndarray:
     parsed = json.loads(str(value)) if value.dtype.kind == "U" else None
     if not isinstance(parsed, dict) or "counters" not in parsed:
-        return value.copy()
+        return value
     parsed["counters"] = {k: 0 for k in parsed["counters"]}
     return np.array(json.dumps(parsed))
 
@@ -144,15 +83,17 @@ def merge_states(states: Sequence[State], labels: Sequence[str]) -> dict[str, np
     """One state holding every stream of ``states`` (labels name them in errors); running counters restart at 0."""
     if not states:
         raise ValueError("nothing to merge: give at least one checkpoint")
-    kinds = [classify(s) for s in states]
+    for state in states:
+        _check(state)
+    layouts = [layout_of(s) for s in states]
     first, label0 = states[0], labels[0]
-    for state, kind, label in zip(states[1:], kinds[1:], labels[1:]):
-        if kind != kinds[0]:
-            differ = sorted(set(kind.items()) ^ set(kinds[0].items()))
+    for state, layout, label in zip(states[1:], layouts[1:], labels[1:]):
+        if layout != layouts[0]:
+            differ = sorted(set(layout) ^ set(layouts[0])) or sorted(k for k in layout if layout[k] != layouts[0][k])
             raise ValueError(f"{label} and {label0} hold different state ({differ[:4]}): they were written by other "
                              "versions or models; reshard checkpoints of one deployment only")  # fmt: skip
-        for key, k in kind.items():
-            if k == "setting" and _comparable(state[key]) != _comparable(first[key]):
+        for key, rows in layout.items():
+            if rows.space is None and _comparable(state[key]) != _comparable(first[key]):
                 raise ValueError(f"{label} and {label0} differ in {key!r} (model, window or alert settings): "
                                  "reshard checkpoints of one deployment, all stopped on the same model")  # fmt: skip
     owners: dict[str, str] = {}
@@ -162,16 +103,10 @@ def merge_states(states: Sequence[State], labels: Sequence[str]) -> dict[str, np
                 raise ValueError(f"stream {name!r} is in both {owners[name]} and {label}: give each old shard's "
                                  "checkpoint once, all from the same stop")  # fmt: skip
             owners[name] = label
-    merged: dict[str, np.ndarray] = {}
-    offsets = np.cumsum([0] + [len(stream_names(s)) for s in states])
-    for key, kind in kinds[0].items():
-        if kind == "setting":
-            merged[key] = _fresh_counters(np.asarray(first[key]))
-        elif kind == key:
-            merged[key] = np.concatenate([np.asarray(s[key], dtype=np.int64) + off for s, off in zip(states, offsets)])
-        else:
-            merged[key] = np.concatenate([np.asarray(s[key]) for s in states])
-    _rename(merged, list(owners))
+    merged = concatenate(states)
+    for key, rows in layouts[0].items():
+        if rows.space is None:
+            merged[key] = _fresh_counters(merged[key])
     return merged
 
 
