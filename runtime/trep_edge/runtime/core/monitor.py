@@ -766,6 +766,8 @@ class Monitor:
         state.update({f"windows/{k}": v for k, v in self._store.state_dict().items()})
         rows.update(self._store.declare("windows", "lane"))
         for prefix, holder, space, per in self._holders():
+            if holder is self._stream_rows:
+                continue  # arrival times are not saved: silence is counted from the restore
             part = holder.state_dict()
             state.update({f"{prefix}/{k}": v for k, v in part.items()})
             rows.update(declare_holder(prefix, part, space, per))
