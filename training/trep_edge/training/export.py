@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ import onnx
 import torch
 
 from trep_edge import __version__
-from trep_edge.runtime.service.atomic_file import write_atomically
+from trep_edge.runtime.service.atomic_file import copy_atomically, write_atomically
 from trep_edge.runtime.core.engine import Engine, last_step_pair, load_engine
 from trep_edge.runtime.core.model_card import ModelCard, Scoring, sidecar_path
 from trep_edge.runtime.core.model_file import metadata, pack, share_weights, unpack
@@ -327,6 +326,7 @@ def export_encoder(
                 budget = max(max_calibration_steps, 20_000)
                 card.detector_prior = detector_prior(staged_engine, calibration_series, max_steps=budget)
             write_card(staged, card)
-        os.replace(staged, out)
-        os.replace(sidecar_path(staged), sidecar_path(out))
+        # The card first: a daemon watching the model file reloads when the model lands and reads its card then.
+        copy_atomically(sidecar_path(staged), sidecar_path(out))
+        copy_atomically(staged, out)
     return load_engine(out, "cpu")

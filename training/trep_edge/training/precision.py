@@ -6,7 +6,6 @@ is μ + βσ, so an error of ε·σ moves the effective β by at most ε.
 """
 from __future__ import annotations
 
-import shutil
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from trep_edge.runtime.core.model_card import sidecar_path
 from trep_edge.runtime.core.offline import raw_scores, sliding_windows
 from trep_edge.runtime.core.scoring import adjust_scores, threshold
 from trep_edge.runtime.core.time_index import time_index
+from trep_edge.runtime.service.atomic_file import copy_atomically
 
 from trep_edge.training.export import write_card
 from trep_edge.training.evaluation.paper_protocol import detect
@@ -152,7 +152,7 @@ def export_variant(reference: Engine, precision: str, series: list[np.ndarray], 
         write_card(staged, replace(reference.card, precision=precision, graphs={}))
         report = compare(reference, load_engine(staged, "cpu"), judged, precision)
         if report.accepted:
-            shutil.move(str(staged), dst)
-            shutil.move(str(sidecar_path(staged)), sidecar_path(dst))
+            copy_atomically(sidecar_path(staged), sidecar_path(dst))  # the card first, as export installs them
+            copy_atomically(staged, Path(dst))
         report.path = str(dst) if report.accepted else f"{dst} (refused, not written)"
     return report

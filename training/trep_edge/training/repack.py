@@ -12,7 +12,6 @@ tolerance) before it replaces it.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from onnx import numpy_helper
 from trep_edge.runtime.core.engine import EXACT_TOLERANCE, load_engine, probe_windows
 from trep_edge.runtime.core.model_card import ModelCard, sidecar_path
 from trep_edge.runtime.core.model_file import metadata, unpack
+from trep_edge.runtime.service.atomic_file import copy_atomically
 
 from trep_edge.training.config import TrainConfig
 from trep_edge.training.encoder import TRepEncoder
@@ -84,8 +84,8 @@ def repack_model(model_path: Path) -> dict[str, float]:
         limit = {name: 0.0 if name == "full" else EXACT_TOLERANCE for name in diffs}
         if any(diffs[n] > limit[n] for n in diffs):
             raise ValueError(f"{model_path}: the repacked file scores differently (max |Δz| per engine {diffs})")
-        os.replace(sidecar_path(staged), sidecar_path(model_path))
-        os.replace(staged, model_path)
+        copy_atomically(sidecar_path(staged), sidecar_path(model_path))
+        copy_atomically(staged, model_path)
     return diffs
 
 

@@ -8,6 +8,7 @@ trainer's checkpoints, an evaluation's results file and the folder ``trep-edge i
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
@@ -39,3 +40,10 @@ def write_atomically(path: Path, write: Callable[[BinaryIO], Any], mode: int | N
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def copy_atomically(src: Path, dst: Path, mode: int | None = 0o644) -> None:
+    """Install the finished file ``src`` (e.g. a model staged in a temporary folder) as ``dst``, atomically and
+    durably; ``src`` may be on another filesystem, which a plain rename cannot cross."""
+    with open(src, "rb") as staged:
+        write_atomically(Path(dst), lambda fh: shutil.copyfileobj(staged, fh), mode=mode)
