@@ -86,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeats):
             for fmt, (root, env) in trees.items():
                 case = {"model": str(root / args.model), "streams": args.streams, "channels": 1, "fill": "sparse"}
-                runs[fmt].append(measure(root, env, case, args.engine))
+                point = measure(root, env, case, args.engine)
+                point["path"] = args.model  # the repository path, not this machine's temporary or checkout folder
+                runs[fmt].append(point)
         sizes = {fmt: (root / args.model).stat().st_size for fmt, (root, _) in trees.items()}
     median = {fmt: {k: statistics.median(r[k] for r in rows) for k in KEYS} for fmt, rows in runs.items()}
     print(f"| format | file bytes | {' | '.join(f'{k} (median MiB)' for k in KEYS)} |")
