@@ -179,6 +179,44 @@ def test_the_record_survives_a_save_and_restore_mid_stream():
     assert got == expected and restored.record_decay == 0.5
 
 
+def test_a_surprise_level_that_peaks_recent_runs_reached_stops_alerting_and_decays():
+    gate = AlertGate(threshold=1.0, min_count=1, refractory=0, protect=10, peaks=2, peak_decay=0.5, n_streams=1)
+    # Runs of one reading, each followed by a quiet one. 10 and 12 alert (fewer than 2 peaks remembered); 8 does
+    # not: the 2nd largest peak, 10, has decayed to 8.5; 9.6 beats the decayed 7.5 and alerts. Then the peaks are
+    # 9.6 and 10, falling by 0.5 per reading: 3 is held back while they stand above it (3.1) and alerts one
+    # reading later (2.6).
+    scores = [10.0, 0.0, 12.0, 0.0, 8.0, 0.0, 9.6] + [0.0] * 13 + [3.0, 3.0]
+    alerts = [bool(gate.decide(rows(0), np.array([s]))[0][0]) for s in scores]
+    assert [i for i, a in enumerate(alerts) if a] == [0, 2, 6, 21]
+
+
+def test_run_peaks_count_alerted_runs_once_each_and_survive_a_save_and_restore():
+    def gate():
+        return AlertGate(threshold=1.0, min_count=1, refractory=0, protect=10, peaks=2, peak_decay=0.0, n_streams=1)
+
+    # A run of three hot readings is one peak (its largest, 7), not three: the next run at 6 still alerts, and
+    # only then is 6 the 2nd largest peak, which holds back 5 and lets 6.5 through.
+    scores = [7.0, 5.0, 6.0, 0.0, 6.0, 0.0, 5.0, 0.0, 6.5]
+    expected = [True, False, False, False, True, False, False, False, True]
+    whole = gate()
+    assert [bool(whole.decide(rows(0), np.array([s]))[0][0]) for s in scores] == expected
+    first = gate()
+    got = [bool(first.decide(rows(0), np.array([s]))[0][0]) for s in scores[:5]]
+    restored = AlertGate.from_state(first.state_dict())
+    got += [bool(restored.decide(rows(0), np.array([s]))[0][0]) for s in scores[5:]]
+    assert got == expected and restored.peaks == 2
+
+
+def test_a_state_saved_before_run_peaks_existed_restores_with_them_fresh():
+    config = DetectorConfig(min_count=1, threshold=1.0, refractory=0)
+    old = Detector(dataclasses.replace(config, peaks=0), dims=2)
+    old.add(streams=1, lanes=1)
+    state = {k: v for k, v in old.state_dict().items() if not k.startswith(("gate/peaks_", "gate/run_"))}
+    new = Detector(config, dims=2)
+    new.load_state(state)
+    assert new.gate.peaks == 3 and new.gate.peaks_.shape == (1, 3) and np.isneginf(new.gate.peaks_).all()
+
+
 def test_streams_are_gated_independently():
     gate = AlertGate(threshold=1.0, min_count=2, refractory=5, protect=2, n_streams=2)
     gate.decide(rows(0, 1), np.array([0.0, np.nan]))

@@ -109,6 +109,14 @@ class DetectorConfig:
             period held back), and a reading alerts only above both ``threshold`` and the record. 0 disables it.
         record_cap: the highest score that enters the record, so that a real anomaly the refractory period held
             back cannot hide the next one for long (``inf``: no cap).
+        peaks: how many recent *runs* (readings in a row at or above the threshold, alerted or not) a surprise level
+            must have reached before it stops alerting: the bar is also the ``peaks``-th largest run peak of the
+            stream, each falling by ``peak_decay`` per reading. A pattern that recurs (heart beats, a daily edge)
+            alerted once per refractory period for ever, because a capped record cannot follow its surprise (10–40)
+            and an alerted run never entered it; ``peaks - 1`` anomalies in a row still alert whatever their size.
+            0 disables it.
+        peak_decay: surprise per reading that each remembered run peak loses (0.01: a run of surprise 15 counts
+            for 1,000 readings).
         prior_weight: readings' worth of weight given to the model card's ``detector_prior`` (the signals' statistics
             on the model's calibration data), which lets a new stream alert after ``min_count - prior_weight``
             readings; 0 ignores the prior.
@@ -137,6 +145,8 @@ class DetectorConfig:
     prior_weight: int = 100
     record_decay: float = 0.003
     record_cap: float = 9.0
+    peaks: int = 3
+    peak_decay: float = 0.01
     min_warmup: int = 30
 
     def __post_init__(self) -> None:
@@ -150,11 +160,12 @@ class DetectorConfig:
         for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup", "debounce", "min_warmup"):
             if getattr(self, name) < 1:
                 raise ValueError(f"detector {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn"):
+        for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn", "peaks"):
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
-        if not math.isfinite(self.record_decay) or self.record_decay < 0:
-            raise ValueError(f"detector record_decay must be finite and >= 0, got {self.record_decay}")
+        for name in ("record_decay", "peak_decay"):
+            if not math.isfinite(getattr(self, name)) or getattr(self, name) < 0:
+                raise ValueError(f"detector {name} must be finite and >= 0, got {getattr(self, name)}")
         if math.isnan(self.record_cap) or self.record_cap <= 0:
             raise ValueError(f"detector record_cap must be > 0 (inf for none), got {self.record_cap}")
         if not math.isfinite(self.threshold) or self.threshold <= 0:
@@ -191,7 +202,8 @@ class DetectorConfig:
             elif key == "combine":
                 changes[key] = value
             else:
-                changes[key] = float(value) if key in ("threshold", "record_decay", "record_cap") else int(value)
+                floats = ("threshold", "record_decay", "record_cap", "peak_decay")
+                changes[key] = float(value) if key in floats else int(value)
         return replace(self, **changes)
 
 
@@ -410,19 +422,25 @@ class AlertGate(StreamState):
     reading. Gaussian surprise fits the heavy, stream-specific tails of these signals badly, and a stream whose
     normal edges recur at surprise 6 alerted once per refractory period for its whole life; the record learns that
     level from the surprises the stream produces without alerting, and an anomaly must beat it
-    (docs/detection.md).
-    State, all ``[S]``: ``record_`` (the record, −inf before any), ``scored_`` (scored readings), ``since_``
+    (docs/detection.md). With ``peaks`` > 0 the bar is also the ``peaks``-th largest peak of the stream's recent
+    runs at or above the threshold, alerted ones included, each falling by ``peak_decay`` per reading: a surprise
+    level the stream has reached ``peaks`` times lately is its normal (beats, daily edges), however high.
+    State: ``record_`` ``[S]`` (the record, −inf before any), ``scored_`` (scored readings), ``since_``
     (readings since the last alert, capped at ``refractory + 1``), ``hot_`` (readings at or above the bar in a row,
-    capped above ``protect`` and ``debounce``), ``alerted_`` (the current run has alerted).
+    capped above ``protect`` and ``debounce``), ``alerted_`` (the current run has alerted), ``run_`` (the peak of
+    the current run at or above the threshold, −inf outside one), ``peaks_`` ``[S, peaks]`` (remembered run peaks,
+    decayed; −inf = none).
     """
 
     def __init__(
         self, threshold: float, min_count: int, refractory: int, protect: int, debounce: int = 1,
-        record_decay: float = 0.0, record_cap: float = math.inf, n_streams: int = 0,
+        record_decay: float = 0.0, record_cap: float = math.inf, peaks: int = 0, peak_decay: float = 0.0,
+        n_streams: int = 0,
     ) -> None:  # fmt: skip
         self.threshold, self.min_count = float(threshold), int(min_count)
         self.refractory, self.protect, self.debounce = int(refractory), int(protect), int(debounce)
         self.record_decay, self.record_cap = float(record_decay), float(record_cap)
+        self.peaks, self.peak_decay = int(peaks), float(peak_decay)
         super().__init__(n_streams)
 
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
@@ -432,12 +450,14 @@ class AlertGate(StreamState):
             "since_": np.full(n, self.refractory + 1, dtype=np.int64),
             "hot_": np.zeros(n, dtype=np.int64),
             "alerted_": np.zeros(n, dtype=bool),
+            "run_": np.full(n, -np.inf),
+            "peaks_": np.full((n, self.peaks), -np.inf),
         }
 
     def _config(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "min_count": self.min_count, "refractory": self.refractory,
                 "protect": self.protect, "debounce": self.debounce, "record_decay": self.record_decay,
-                "record_cap": self.record_cap}  # fmt: skip
+                "record_cap": self.record_cap, "peaks": self.peaks, "peak_decay": self.peak_decay}  # fmt: skip
 
     def decide(self, idx: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return (alert, warming, learn) for one reading per selected stream, and advance the state."""
@@ -446,6 +466,9 @@ class AlertGate(StreamState):
         warming = count < self.min_count
         record = self.record_[idx] - self.record_decay
         bar = np.fmax(self.threshold, record) if self.record_decay > 0 else np.full(len(idx), self.threshold)
+        peaks = self.peaks_[idx] - self.peak_decay
+        if self.peaks:
+            bar = np.fmax(bar, peaks.min(axis=1))
         hot = scored & ~warming & (score >= bar)
         since = np.minimum(self.since_[idx] + 1, self.refractory + 1)
         hot_run = np.where(hot, np.minimum(self.hot_[idx] + 1, max(self.protect, self.debounce) + 1), 0)
@@ -454,10 +477,23 @@ class AlertGate(StreamState):
         self.alerted_[idx] = hot & (self.alerted_[idx] | alert)
         normal = scored & ~warming & ~self.alerted_[idx]
         self.record_[idx] = np.where(normal, np.fmax(record, np.fmin(score, self.record_cap)), record)
+        self._remember_peaks(idx, scored & ~warming & (score >= self.threshold), score, peaks)
         self.scored_[idx] = count
         self.since_[idx] = np.where(alert, 0, since)
         self.hot_[idx] = hot_run
         return alert, warming, ~hot | (hot_run > self.protect)
+
+    def _remember_peaks(self, idx: np.ndarray, level: np.ndarray, score: np.ndarray, peaks: np.ndarray) -> None:
+        """Follow each stream's run at or above the threshold; when it ends, its peak replaces the lowest
+        remembered one if higher. ``peaks`` are the stream's remembered peaks after this reading's decay."""
+        run = np.where(level, np.fmax(self.run_[idx], score), self.run_[idx])
+        ended = ~level & np.isfinite(run)
+        if self.peaks:
+            low = peaks.argmin(axis=1)
+            rows = np.flatnonzero(ended & (run > peaks[np.arange(len(idx)), low]))
+            peaks[rows, low[rows]] = run[rows]
+        self.peaks_[idx] = peaks
+        self.run_[idx] = np.where(ended, -np.inf, run)
 
 
 @dataclass(frozen=True)
@@ -495,7 +531,7 @@ class Detector:
         # A prior stands for that many readings of the stream's own warm-up, never for its first min_warmup.
         warmup = c.min_count if prior is None else max(c.min_count - prior.count, min(c.min_warmup, c.min_count))
         self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect, c.debounce, c.record_decay,
-                              c.record_cap)
+                              c.record_cap, c.peaks, c.peak_decay)
 
     def _lane_parts(self) -> tuple[StreamState, ...]:
         return (self.memory, self.stats)
@@ -629,7 +665,10 @@ class Detector:
         return state
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restore ``state_dict`` output saved by a detector with the same config and dims."""
+        """Restore ``state_dict`` output saved by a detector with the same config and dims.
+
+        Each part keeps this detector's configuration: a state saved before a setting existed (an earlier version's
+        checkpoint) has no value for it, and its arrays for the setting start fresh."""
         for prefix, part in (("memory", self.memory), ("stats", self.stats), ("gate", self.gate)):
             sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
-            setattr(self, prefix, type(part).from_state(sub))
+            setattr(self, prefix, type(part).from_state({**sub, "config": part.state_dict()["config"]}))
