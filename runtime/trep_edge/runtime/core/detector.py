@@ -21,8 +21,9 @@ own history, on a scale that means the same for every stream and every model:
    find unusual outranks one that a single signal finds a little more unusual; the reading's score is the best
    lane's surprise less ``log10`` of the number of lanes (a Bonferroni correction, so more channels do not mean
    more false alarms).
-3. **Alert** (``AlertGate``), the product's one alert decision: score ≥ ``threshold`` and above the stream's
-   decaying record of surprises outside alerts, for ``debounce`` readings in a row once the stream has
+3. **Alert** (``AlertGate``), the product's one alert decision: score ≥ ``threshold``, above the stream's
+   decaying record of surprises outside alerts and above the ``peaks``-th largest peak of its recent runs (a level
+   it keeps reaching, such as every heart beat, is its normal), for ``debounce`` readings in a row once the stream has
    ``min_count`` scored readings, once per such run, and not within ``refractory`` readings of its previous alert.
    The daemon's alert episodes (``alerts.AlertTracker``) open on these alerts and no other way. While a stream
    alerts, its signal statistics and memory do not learn (an anomaly must not become the baseline that hides the
