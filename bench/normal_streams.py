@@ -58,7 +58,8 @@ def main() -> None:
     started = time.perf_counter()
     lines = ["| stream | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
     totals = dict.fromkeys(configs, 0)
-    for name, values in streams().items():
+    data = streams()
+    for name, values in data.items():
         cells = []
         for label, config in configs.items():
             alerts = np.flatnonzero(detect_recording(engine, values, config).alerts)
@@ -68,7 +69,7 @@ def main() -> None:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
     lines.append("| **all (false alarms per 1,000 readings)** | " + " | ".join(
-        f"**{n}** ({1000 * n / (len(streams()) * (LENGTH - probation)):.2f})" for n in totals.values()) + " |")
+        f"**{n}** ({1000 * n / (len(data) * (LENGTH - probation)):.2f})" for n in totals.values()) + " |")
     table = "\n".join(lines)
     command = "python bench/normal_streams.py" + (" --variants " + " ".join(f"'{v}'" for v in args.variants)
                                                   if args.variants else "")  # fmt: skip

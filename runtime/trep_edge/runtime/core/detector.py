@@ -622,9 +622,9 @@ class Detector:
         # Same detector settings: only the gate's warm-up length and the statistics' prior depend on the card. A
         # stream that may alert keeps alerting, whatever warm-up the new card's prior asks of new streams.
         active = self.gate.scored_ >= self.gate.min_count
-        new.gate = AlertGate.from_state({**self.gate.state_dict(), "config": new.gate.state_dict()["config"]})
+        new.gate = new.gate.with_arrays(self.gate.state_dict())
         new.gate.scored_[active] = np.maximum(new.gate.scored_[active], new.gate.min_count)
-        new.stats = SignalStats.from_state({**self.stats.state_dict(), "config": new.stats.state_dict()["config"]})
+        new.stats = new.stats.with_arrays(self.stats.state_dict())
         new.memory.add_streams(new.stats.n_streams)
         return new
 
@@ -672,4 +672,4 @@ class Detector:
         checkpoint) has no value for it, and its arrays for the setting start fresh."""
         for prefix, part in (("memory", self.memory), ("stats", self.stats), ("gate", self.gate)):
             sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
-            setattr(self, prefix, type(part).from_state({**sub, "config": part.state_dict()["config"]}))
+            setattr(self, prefix, part.with_arrays(sub))

@@ -126,6 +126,12 @@ class StreamState:
         state.update({name: getattr(self, name).copy() for name in self._names})
         return state
 
+    def with_arrays(self: StateT, state: Mapping[str, Any]) -> StateT:
+        """A new object of this one's configuration holding the arrays of ``state`` (``state_dict`` output, whose own
+        ``config`` is ignored): another card's prior or warm-up over the same streams, or a state saved before a
+        setting existed (its arrays for that setting start fresh, as in ``from_state``)."""
+        return type(self).from_state({**state, "config": np.array(json.dumps(self._config()))})
+
     @classmethod
     def from_state(cls: type[StateT], state: Mapping[str, Any]) -> StateT:
         """Rebuild from ``state_dict()`` output, or from it after ``{k: v.tolist()}`` and a JSON round trip."""
