@@ -14,6 +14,7 @@ from trep_edge.runtime.core.detector import (
     RepresentationMemory,
     SignalStats,
     combine_surprise,
+    student_upper_tail_surprise,
     upper_tail_surprise,
 )
 from trep_edge.runtime.core.monitor import Monitor
@@ -44,6 +45,53 @@ def test_surprise_of_large_z_is_finite_monotone_and_continuous_at_the_asymptotic
     assert got[3] == pytest.approx(got[2], rel=0.015)  # the Mills-ratio branch starts within its stated 1.5 %
     assert got[-3] == pytest.approx(-math.log10(0.5 * math.erfc(20 / math.sqrt(2))), rel=0.01)
     assert np.isnan(upper_tail_surprise(np.array([np.nan]))).all() and upper_tail_surprise(np.inf) == np.inf
+
+
+# student_upper_tail_surprise
+
+
+def test_student_tail_of_known_probabilities():
+    z = np.array([-3.0, 0.0, 0.5, 2.0, 10.0])
+    # Two degrees of freedom have a closed form: P(T > z) = (1 - z / sqrt(2 + z²)) / 2.
+    np.testing.assert_allclose(student_upper_tail_surprise(z, 2), -np.log10(0.5 * (1 - z / np.sqrt(2 + z * z))),
+                               rtol=1e-12)  # fmt: skip
+    # Eight: the two-sided 1 % and 0.1 % points of the t table.
+    got = student_upper_tail_surprise(np.array([3.355, 5.041]), 8)
+    np.testing.assert_allclose(got, [-math.log10(0.005), -math.log10(0.0005)], atol=2e-3)
+    assert student_upper_tail_surprise(np.array([0.0]), 8)[0] == pytest.approx(math.log10(2))
+
+
+def test_student_tail_far_out_is_finite_monotone_continuous_and_grows_like_dof_log_z():
+    dof = 8
+    edge = math.sqrt(dof)  # where the tail series takes over from the central sum (x = 1/2)
+    z = np.array([-1e300, -5.0, 1.0, edge - 1e-9, edge + 1e-9, 6.0, 1e3, 1e6, 1e200])
+    got = student_upper_tail_surprise(z, dof)
+    assert np.isfinite(got).all() and (np.diff(got) > 0).all()
+    assert got[4] == pytest.approx(got[3], abs=1e-7)
+    # P(T > z) ~ C z^-dof: one decade of z adds dof decades of surprise, with no underflow at 1e200.
+    assert got[-2] - got[-3] == pytest.approx(dof * 3, abs=1e-3)
+    assert got[-1] - got[-2] == pytest.approx(dof * 194, rel=1e-9)
+    assert student_upper_tail_surprise(np.array([np.inf]), dof)[0] == np.inf
+    assert np.isnan(student_upper_tail_surprise(np.array([np.nan]), dof)).all()
+    with pytest.raises(ValueError, match="even"):
+        student_upper_tail_surprise(z, 3)
+    with pytest.raises(ValueError, match="tail_dof"):
+        DetectorConfig(tail_dof=5)
+
+
+def test_student_tail_raises_fewer_alerts_on_a_heavy_tailed_stream_than_the_gaussian_one():
+    # The signals are heavy-tailed; a Gaussian tail turns their ordinary outliers into p = 1e-10 events.
+    rng = np.random.default_rng(3)
+    values = np.abs(rng.standard_t(3, size=4000)) + 0.1
+    counts = {}
+    for dof in (0, 8):
+        config = DetectorConfig(signals=("distance",), tail_dof=dof, threshold=4.0, record_decay=0, peaks=0,
+                                refractory=0, prior_weight=0)  # fmt: skip
+        detector = Detector(config, dims=2)
+        detector.add(streams=1, lanes=1)
+        counts[dof] = sum(bool(detector.step(rows(0), rows(0), rows(0), np.array([v]), np.zeros((1, 2))).alert[0])
+                          for v in values)  # fmt: skip
+    assert counts[8] < counts[0] / 3, counts
 
 
 # RepresentationMemory
@@ -238,7 +286,7 @@ def test_score_is_the_best_lane_surprise_less_log10_of_lanes_times_signals_and_n
     np.testing.assert_allclose(logs, np.log(history), atol=1e-5)  # distances are judged in log space
     now = np.array([1.5, 6.0, 3.0])
     step = detector.step(one, lanes, lane_of, now, z)
-    surprise = upper_tail_surprise((step.signals[:, 0] - logs.mean(axis=0)) / logs.std(axis=0))
+    surprise = student_upper_tail_surprise((step.signals[:, 0] - logs.mean(axis=0)) / logs.std(axis=0), config.tail_dof)
     np.testing.assert_allclose(step.lane_score, surprise, rtol=1e-9)
     assert step.score[0] == pytest.approx(surprise.max() - math.log10(3)) and step.lane[0] == 1
     # A lane without a value this reading is not a test: 2 lanes left.

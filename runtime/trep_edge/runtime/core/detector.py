@@ -15,7 +15,8 @@ own history, on a scale that means the same for every stream and every model:
    that catches the faults an imperfect model smooths over.
 2. **Surprise** (``SignalStats``): each signal's long-run mean and variance per stream (expanding, then exponential
    with memory ``horizon``), and the tail probability of the reading's value — and of the mean of the last
-   ``short`` values, for anomalies that last — under a Gaussian of that history. A signal's surprise is
+   ``short`` values, for anomalies that last — under a Student-t tail (``tail_dof`` degrees of freedom) of that
+   history's mean and standard deviation. A signal's surprise is
    ``−log10`` of that probability. A lane's signals are combined by Fisher's method (``combine_surprise``: the
    tail probability of ``−2 Σ ln p`` under χ² with ``2k`` degrees of freedom), so a reading that several signals
    find unusual outranks one that a single signal finds a little more unusual; the reading's score is the best
@@ -126,6 +127,10 @@ class DetectorConfig:
             (full windows only) does not describe, and its own statistics are still settling away from the prior:
             with 1, a quarter of streams with a per-stream card alerted on reading 0, and 107 of 150 ICU patients
             within their first 5 hours; 30 won the benchmark against 16, 24 and 48 (docs/detection.md).
+        tail_dof: the tail each signal is judged under: Student's t with this many (even) degrees of freedom, or
+            0 for the Gaussian. The signals are heavy-tailed (a stream's ordinary outliers sit 5–10 of its standard
+            deviations out), and a Gaussian tail made them p = 1e-8 to 1e-20 events, which the record and run peaks
+            then had to absorb; with 8 a value 10 standard deviations out is p ≈ 4e-6 (docs/detection.md).
     """
 
     signals: tuple[str, ...] = SIGNALS
@@ -136,7 +141,7 @@ class DetectorConfig:
     horizon: int = 500
     short: int = 5
     min_count: int = 100
-    threshold: float = 5.0
+    threshold: float = 4.0
     refractory: int = 200
     debounce: int = 1
     protect: int = 200
@@ -144,11 +149,12 @@ class DetectorConfig:
     scale_warmup: int = 100
     scale_adapt: int = 10_000
     prior_weight: int = 100
-    record_decay: float = 0.003
-    record_cap: float = 9.0
+    record_decay: float = 0.0015
+    record_cap: float = 6.0
     peaks: int = 3
-    peak_decay: float = 0.01
+    peak_decay: float = 0.005
     min_warmup: int = 30
+    tail_dof: int = 8
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
@@ -161,6 +167,8 @@ class DetectorConfig:
         for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup", "debounce", "min_warmup"):
             if getattr(self, name) < 1:
                 raise ValueError(f"detector {name} must be >= 1, got {getattr(self, name)}")
+        if self.tail_dof < 0 or self.tail_dof % 2:
+            raise ValueError(f"detector tail_dof must be even and >= 2, or 0 for the Gaussian tail, got {self.tail_dof}")
         for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn", "peaks"):
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
@@ -247,6 +255,44 @@ def upper_tail_surprise(z: np.ndarray) -> np.ndarray:
 
 _erfc = np.frompyfunc(math.erfc, 1, 1)
 
+_T_SERIES = 64
+"""Terms of the tail series in ``student_upper_tail_surprise`` (used where ``x ≤ 0.5``: remainder below 0.5⁶⁴)."""
+
+
+def student_upper_tail_surprise(z: np.ndarray, dof: int) -> np.ndarray:
+    """``−log10 P(T > z)`` for Student's t with an even number ``dof`` of degrees of freedom, elementwise.
+
+    With ``x = dof / (dof + z²)`` and ``s = √(1 − x)``, ``P(|T| < |z|) = s Σ_{k<dof/2} c_k x^k`` (``c_k = C(2k, k) / 4^k``,
+    the series of ``(1 − x)^(−1/2)``), which is exact near the centre. Its complement, the upper tail
+    ``½ s Σ_{k≥dof/2} c_k x^k``, is summed in log space where ``x ≤ 0.5``, so that no surprise is lost to cancellation
+    or underflow however far out ``z`` lies (about ``dof · log10 z`` for large ``z``, against ``z²/2`` for the
+    Gaussian).
+    """
+    if dof < 2 or dof % 2:
+        raise ValueError(f"Student tail degrees of freedom must be even and >= 2, got {dof}")
+    z = np.asarray(z, dtype=np.float64)
+    out = np.full(z.shape, np.nan)
+    finite = np.isfinite(z)
+    zf = z[finite]
+    with np.errstate(divide="ignore"):
+        log_x = -np.logaddexp(0.0, 2.0 * np.log(np.abs(zf) / math.sqrt(dof)))  # z² would overflow beyond 1e154
+    x = np.exp(log_x)
+    s = np.sqrt(1.0 - x)
+    m = dof // 2
+    k = np.arange(m + _T_SERIES - 1)
+    coef = np.cumprod(np.concatenate(([1.0], (2 * k + 1) / (2 * k + 2))))  # c_k
+    central = s * np.polynomial.polynomial.polyval(x, coef[:m])  # P(|T| < |z|)
+    with np.errstate(divide="ignore"):
+        res = -np.log10(0.5 * (1.0 - np.sign(zf) * central))
+        far = (zf > 0) & (x <= 0.5)
+        xf = x[far]
+        tail = np.polynomial.polynomial.polyval(xf, coef[m:])  # Σ_j c_{m+j} x^j
+        res[far] = -(np.log10(0.5 * s[far]) + m * log_x[far] / math.log(10.0) + np.log10(tail))
+    out[finite] = res
+    out[np.isposinf(z)] = np.inf
+    out[np.isneginf(z)] = 0.0
+    return out
+
 
 def combine_surprise(surprise: np.ndarray) -> np.ndarray:
     """Fisher's method over each row's signal surprises ``[m, K]`` (NaN = no value): ``[m]``, NaN when none.
@@ -267,8 +313,10 @@ def combine_surprise(surprise: np.ndarray) -> np.ndarray:
     return np.where(k > 0, np.where(np.isposinf(half), np.inf, out), np.nan)
 
 
-def _surprise(x: np.ndarray) -> np.ndarray:
-    return upper_tail_surprise(x).astype(np.float64) if x.size else np.zeros(x.shape)
+def _surprise(x: np.ndarray, dof: int) -> np.ndarray:
+    if not x.size:
+        return np.zeros(x.shape)
+    return upper_tail_surprise(x) if dof == 0 else student_upper_tail_surprise(x, dof)
 
 
 @dataclass(frozen=True)
@@ -352,10 +400,11 @@ class SignalStats(StreamState):
     """
 
     def __init__(
-        self, k: int, horizon: int = 2000, short: int = 5, prior: SignalPrior | None = None, n_streams: int = 0
-    ) -> None:
+        self, k: int, horizon: int = 2000, short: int = 5, prior: SignalPrior | None = None, tail_dof: int = 0,
+        n_streams: int = 0,
+    ) -> None:  # fmt: skip
         self.k, self.horizon, self.short = int(k), int(horizon), int(short)
-        self.prior = prior
+        self.prior, self.tail_dof = prior, int(tail_dof)
         super().__init__(n_streams)
 
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
@@ -370,12 +419,14 @@ class SignalStats(StreamState):
 
     def _config(self) -> dict[str, Any]:
         prior = None if self.prior is None else self.prior.to_dict()
-        return {"k": self.k, "horizon": self.horizon, "short": self.short, "prior": prior}
+        return {"k": self.k, "horizon": self.horizon, "short": self.short, "prior": prior, "tail_dof": self.tail_dof}
 
     @classmethod
     def _from_config(cls, config: dict[str, Any]) -> SignalStats:
         prior = config.get("prior")
-        return cls(config["k"], config["horizon"], config["short"], None if prior is None else SignalPrior(**prior))
+        # States saved before the Student tail were judged under the Gaussian one (tail_dof 0).
+        return cls(config["k"], config["horizon"], config["short"], None if prior is None else SignalPrior(**prior),
+                   config.get("tail_dof", 0))  # fmt: skip
 
     def surprise(self, idx: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Surprise ``[n, K]`` of log-signals ``x [n, K]`` against each lane's history (NaN: no history or no value).
@@ -394,7 +445,7 @@ class SignalStats(StreamState):
             seen = np.isfinite(recent)
             short_mean = np.where(seen, recent, 0.0).sum(axis=2) / np.maximum(seen.sum(axis=2), 1)
             deviation = np.where(np.isfinite(x), np.fmax(deviation, short_mean - mean), np.nan)
-        return _surprise(deviation / scale)
+        return _surprise(deviation / scale, self.tail_dof)
 
     def learn(self, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
         """Record one value per signal of each selected lane; only rows with ``baseline`` enter the statistics.
@@ -528,7 +579,7 @@ class Detector:
         c = config
         prior = SignalPrior.from_card(card_prior, c.signals, c.prior_weight) if card_prior else None
         self.memory = RepresentationMemory(dims, c.memory, c.stride, c.exclusion)
-        self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior)
+        self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior, c.tail_dof)
         # A prior stands for that many readings of the stream's own warm-up, never for its first min_warmup.
         warmup = c.min_count if prior is None else max(c.min_count - prior.count, min(c.min_warmup, c.min_count))
         self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect, c.debounce, c.record_decay,
@@ -641,7 +692,7 @@ class Detector:
         lanes = self.stats._rows(lanes)
         valid = np.isfinite(distance)
         s = self.stats
-        scratch = SignalStats(s.k, s.horizon, s.short, s.prior, len(lanes))
+        scratch = SignalStats(s.k, s.horizon, s.short, s.prior, s.tail_dof, len(lanes))
         # The relearnt short-term ring ends where the kept one writes next, so that the two rotate as one.
         scratch.pos_[:] = (s.pos_[lanes] - valid.sum(axis=1)) % s.short
         signals = self.config.signals

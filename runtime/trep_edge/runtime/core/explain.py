@@ -118,7 +118,7 @@ def single_surprise(detector: Detector, lanes: np.ndarray, signals: np.ndarray) 
     """Surprise of each row's log-signals ``[n, K]`` as single values against its lane's long-run statistics,
     the signals combined as the detector combines them (``DetectorConfig.combine``)."""
     stats = detector.stats
-    single = SignalStats(stats.k, stats.horizon, short=1, n_streams=len(lanes))
+    single = SignalStats(stats.k, stats.horizon, short=1, tail_dof=stats.tail_dof, n_streams=len(lanes))
     single.count_[:], single.mean_[:], single.var_[:] = stats.count_[lanes], stats.mean_[lanes], stats.var_[lanes]
     per_signal = single.surprise(np.arange(len(lanes)), signals)
     return combine_surprise(per_signal) if detector.config.combine == "fisher" else np.fmax.reduce(per_signal, axis=1)
