@@ -282,7 +282,8 @@ def student_upper_tail_surprise(z: np.ndarray, dof: int) -> np.ndarray:
     k = np.arange(m + _T_SERIES - 1)
     coef = np.cumprod(np.concatenate(([1.0], (2 * k + 1) / (2 * k + 2))))  # c_k
     central = s * np.polynomial.polynomial.polyval(x, coef[:m])  # P(|T| < |z|)
-    with np.errstate(divide="ignore"):
+    # Far out the central form rounds to 0 or just below; those values are replaced by the tail series next.
+    with np.errstate(divide="ignore", invalid="ignore"):
         res = -np.log10(0.5 * (1.0 - np.sign(zf) * central))
         far = (zf > 0) & (x <= 0.5)
         xf = x[far]
