@@ -201,7 +201,9 @@ def test_pending_once_per_hot_run_then_ok_or_firing_with_debounce(
     out = collectors(broker.port, ["trep-edge/alerts/#", "trep-edge/scores/#"])
     debounce = 8
     _ready_daemon(tmp_path, broker, daemons, univariate_model, monitor={"tick_interval": 0.1},
-                  detector={"debounce": debounce}, alerts={"pending": True})  # fmt: skip
+                  # the spike's size was set on the Gaussian tail's surprise scale
+                  detector={"debounce": debounce, "tail_dof": 0, "threshold": 5.0, "record_cap": 9.0,
+                            "record_decay": 0.003, "peak_decay": 0.01}, alerts={"pending": True})  # fmt: skip
     t0 = float(int(time.time())) - 1000
     values = _series(ucr_series, length=200)
     start = SPIKE - 5

@@ -28,6 +28,11 @@ def with_card(engine, **changes):
     return dataclasses.replace(engine, card=dataclasses.replace(engine.card, **changes))
 
 
+# The Gaussian-tail detector (tail_dof 0) and the gate settings measured for it: tests of the monitor's episodes whose
+# fault sizes and severities were set on that surprise scale.
+GAUSSIAN_GATE = dict(tail_dof=0, threshold=5.0, record_cap=9.0, record_decay=0.003, peak_decay=0.01)
+
+
 def cold(min_count, **changes):
     """Detector settings that ignore the card's prior: a stream's first two readings have no score (no variance
     yet), and it warms up for ``min_count`` scored readings after them."""
@@ -87,7 +92,7 @@ def test_streaming_equals_offline_from_a_cold_start_without_a_card_prior(ucr_ser
     engine = with_card(univariate_engine, detector_prior={})  # a model exported before the prior existed
     values = ucr_series.values[:1500]
     # About warm-up from a cold start, not the gate: without run peaks this tiny model alerts often.
-    detector = DetectorConfig(min_count=50, threshold=1.0, refractory=10, peaks=0)
+    detector = DetectorConfig(min_count=50, threshold=1.0, refractory=10, peaks=0, tail_dof=0)
     expected = detect_recording(engine, values.reshape(-1, 1), detector)
     assert expected.alerts.sum() > 10
     assert expected.warming.sum() == 2 + 49  # two readings without a variance, then 49 scored ones
@@ -283,7 +288,7 @@ def test_a_stream_warms_up_before_its_alerts_are_published(ucr_series, univariat
     # The card's prior stands for 100 of the 104 readings: the stream's 4th reading may alert (min_warmup lowered to
     # let it; the next test covers the default).
     monitor = Monitor(univariate_engine, alerts=AlertConfig(clear_after=1),
-                      detector=DetectorConfig(min_count=104, min_warmup=4))
+                      detector=DetectorConfig(min_count=104, min_warmup=4, **GAUSSIAN_GATE))
     faults = (2, 9)
     scored, alerts = run(monitor, [value("a", t, ucr_series.values[t] + FAULT * (t in faults)) for t in range(10)])
     assert np.isfinite([s.surprise for s in scored]).all()  # the prior gives even the first reading a surprise
@@ -294,7 +299,7 @@ def test_a_stream_warms_up_before_its_alerts_are_published(ucr_series, univariat
     assert (raised.alert_id, raised.state, raised.severity, raised.stream) == ("a-1", "raised", "critical", "a")
     fault = scored[9]
     assert fault.alert and not any(s.alert for s in scored[:9])
-    assert raised.timestamp == fault.timestamp and raised.score == fault.score and raised.threshold == DetectorConfig().threshold
+    assert raised.timestamp == fault.timestamp and raised.score == fault.score and raised.threshold == GAUSSIAN_GATE["threshold"]
     assert raised.window_end == fault.step and raised.window_start == fault.step - 63
     assert raised.values == fault.values and raised.channel == ""
 
@@ -322,7 +327,7 @@ def test_warm_up_without_a_prior_is_two_unscored_readings_and_min_count_scored_o
 
 
 def test_removing_a_stream_clears_its_open_episode(univariate_engine):
-    monitor = Monitor(univariate_engine, detector=cold(1))
+    monitor = Monitor(univariate_engine, detector=cold(1, **GAUSSIAN_GATE))
     _, alerts = run(monitor, faulty("a", range(4), faults=[3]) + [value("b", 0, 1.0)])
     assert [(a.alert_id, a.state) for a in alerts] == [("a-1", "raised")]
     (cleared,) = monitor.remove_stream("a", now=5.0)
