@@ -11,6 +11,7 @@ import json
 import time
 
 import numpy as np
+from gates import GAUSSIAN_GATE
 from broker import Collector, broker, collectors, daemon_tables, daemons, publish  # noqa: F401 - fixtures
 from test_daemon_bad_input import _ready_daemon
 
@@ -202,8 +203,7 @@ def test_pending_once_per_hot_run_then_ok_or_firing_with_debounce(
     debounce = 8
     _ready_daemon(tmp_path, broker, daemons, univariate_model, monitor={"tick_interval": 0.1},
                   # the spike's size was set on the Gaussian tail's surprise scale
-                  detector={"debounce": debounce, "tail_dof": 0, "threshold": 5.0, "record_cap": 9.0,
-                            "record_decay": 0.003, "peak_decay": 0.01}, alerts={"pending": True})  # fmt: skip
+                  detector={"debounce": debounce, **GAUSSIAN_GATE}, alerts={"pending": True})
     t0 = float(int(time.time())) - 1000
     values = _series(ucr_series, length=200)
     start = SPIKE - 5

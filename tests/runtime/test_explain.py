@@ -24,6 +24,8 @@ from trep_edge.runtime.service.replay import RecordedSeries
 from trep_edge.runtime.service.score_file import score_recording, write_csv
 from trep_edge.runtime.core.windows import WindowConfig
 
+from gates import GAUSSIAN_GATE
+
 MODELS = Path(__file__).resolve().parents[2] / "models"
 HOUR = 3600.0
 VITALS = {"HR": (80, 3), "O2Sat": (97, 1), "Temp": (36.8, 0.2), "SBP": (125, 5), "MAP": (85, 4), "DBP": (65, 4),
@@ -94,7 +96,7 @@ def test_a_spike_in_one_of_seven_channels_of_the_general_model_is_named_first_at
     values[at, 4] += 5.0
     # The Gaussian-tail detector: under the Student tail this spike does not alert at reading 120 (docs/detection.md,
     # Missing or weak); the subject here is the explanation, not the detector.
-    gaussian = DetectorConfig(tail_dof=0, threshold=5.0, record_cap=9.0, record_decay=0.003, peak_decay=0.01)
+    gaussian = DetectorConfig(**GAUSSIAN_GATE)
     monitor = Monitor(general_engine, WindowConfig(period=1.0), detector=gaussian)
     assert feed(monitor, "m1", channels, values, range(at), 1.0, tick_every=20) == []
     rows = monitor.counters["engine_rows"]

@@ -12,6 +12,7 @@ from trep_edge.runtime.core.monitor import Monitor
 from trep_edge.runtime.core.offline import detect_recording
 from trep_edge.runtime.core.reading import Reading
 from trep_edge.runtime.core.windows import WindowConfig
+from gates import GAUSSIAN_GATE
 from round_trips import json_round_trip, npz_round_trip
 
 T0 = 1_700_000_000  # epoch seconds of the first reading; with period 1 s, also its step index
@@ -26,11 +27,6 @@ def vitals_engine(vitals_model):
 def with_card(engine, **changes):
     """The same graph behind a modified card (no detector prior, another scaling, ...)."""
     return dataclasses.replace(engine, card=dataclasses.replace(engine.card, **changes))
-
-
-# The Gaussian-tail detector (tail_dof 0) and the gate settings measured for it: tests of the monitor's episodes whose
-# fault sizes and severities were set on that surprise scale.
-GAUSSIAN_GATE = dict(tail_dof=0, threshold=5.0, record_cap=9.0, record_decay=0.003, peak_decay=0.01)
 
 
 def cold(min_count, **changes):

@@ -41,6 +41,7 @@ checkpoints and ``trep-edge score`` run the same arithmetic. ``Detector.step`` i
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
@@ -259,6 +260,15 @@ _T_SERIES = 64
 """Terms of the tail series in ``student_upper_tail_surprise`` (used where ``x ≤ 0.5``: remainder below 0.5⁶⁴)."""
 
 
+@functools.lru_cache(maxsize=8)
+def _t_series_coefficients(dof: int) -> np.ndarray:
+    """``c_k = C(2k, k) / 4^k`` for ``k < dof/2 + _T_SERIES``, built once per ``dof`` (this is every tick's hot path)."""
+    k = np.arange(dof // 2 + _T_SERIES - 1)
+    coef = np.cumprod(np.concatenate(([1.0], (2 * k + 1) / (2 * k + 2))))
+    coef.flags.writeable = False  # shared between calls
+    return coef
+
+
 def student_upper_tail_surprise(z: np.ndarray, dof: int) -> np.ndarray:
     """``−log10 P(T > z)`` for Student's t with an even number ``dof`` of degrees of freedom, elementwise.
 
@@ -279,16 +289,14 @@ def student_upper_tail_surprise(z: np.ndarray, dof: int) -> np.ndarray:
     x = np.exp(log_x)
     s = np.sqrt(1.0 - x)
     m = dof // 2
-    k = np.arange(m + _T_SERIES - 1)
-    coef = np.cumprod(np.concatenate(([1.0], (2 * k + 1) / (2 * k + 2))))  # c_k
-    central = s * np.polynomial.polynomial.polyval(x, coef[:m])  # P(|T| < |z|)
-    # Far out the central form rounds to 0 or just below; those values are replaced by the tail series next.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        res = -np.log10(0.5 * (1.0 - np.sign(zf) * central))
-        far = (zf > 0) & (x <= 0.5)
-        xf = x[far]
-        tail = np.polynomial.polynomial.polyval(xf, coef[m:])  # Σ_j c_{m+j} x^j
-        res[far] = -(np.log10(0.5 * s[far]) + m * log_x[far] / math.log(10.0) + np.log10(tail))
+    coef = _t_series_coefficients(dof)
+    res = np.empty(zf.shape)
+    far = (zf > 0) & (x <= 0.5)
+    near = ~far
+    central = s[near] * np.polynomial.polynomial.polyval(x[near], coef[:m])  # P(|T| < |z|)
+    res[near] = -np.log10(0.5 * (1.0 - np.sign(zf[near]) * central))
+    tail = np.polynomial.polynomial.polyval(x[far], coef[m:])  # Σ_j c_{m+j} x^j
+    res[far] = -(np.log10(0.5 * s[far]) + m * log_x[far] / math.log(10.0) + np.log10(tail))
     out[finite] = res
     out[np.isposinf(z)] = np.inf
     out[np.isneginf(z)] = 0.0
