@@ -333,10 +333,37 @@ def test_with_fisher_each_lane_is_one_test_of_its_combined_signals():
     assert step.score[0] == pytest.approx(step.lane_score.max() - math.log10(2))
 
 
+@pytest.mark.parametrize("memory_alerts", [True, False])
+def test_a_pattern_the_stream_alerted_on_is_remembered_and_not_new_when_it_recurs(memory_alerts):
+    """The memory remembers alerting readings (the statistics do not): the pattern's second visit is not novel."""
+    config = DetectorConfig(signals=("novelty",), memory=64, stride=1, exclusion=1, short=1, min_count=20,
+                            refractory=0, prior_weight=0, memory_alerts=memory_alerts)  # fmt: skip
+    detector = Detector(config, dims=2)
+    detector.add(streams=1, lanes=1)
+    rng = np.random.default_rng(0)
+    pattern = np.array([[8.0, -8.0]])
+    steps = []
+    for t in range(80):
+        z = pattern if t in (50, 70) else rng.normal(0, 0.1, (1, 2))
+        steps.append(detector.step(rows(0), rows(0), rows(0), np.ones(1), z))
+    first, again = steps[50], steps[70]
+    assert first.alert[0] and first.signals[0, 0] > math.log(8)  # new: about its distance from the normal cloud
+    if memory_alerts:
+        assert again.signals[0, 0] < math.log(0.05) and not again.alert[0]  # the stored pattern: distance 0
+    else:
+        assert again.signals[0, 0] > math.log(8) and again.alert[0]  # never stored, new every time
+    # 78 readings with a novelty (the first two have no old enough neighbour); the statistics skip every alerting
+    # visit: the first always, the second unless the memory made it ordinary.
+    assert detector.stats.count_[0, 0] == (77 if memory_alerts else 76)
+
+
 def test_combine_is_validated_and_overridable():
     with pytest.raises(ValueError, match="combine"):
         DetectorConfig(combine="mean")
     assert DetectorConfig().with_overrides("combine=max").combine == "max"
+    assert DetectorConfig().with_overrides("memory_alerts=0").memory_alerts is False
+    with pytest.raises(ValueError, match="memory_alerts"):
+        DetectorConfig().with_overrides("memory_alerts=maybe")
 
 
 def _run_detector(detector, distances, z):

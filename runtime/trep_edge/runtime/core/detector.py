@@ -27,9 +27,10 @@ own history, on a scale that means the same for every stream and every model:
    it keeps reaching, such as every heart beat, is its normal), for ``debounce`` readings in a row once the stream has
    ``min_count`` scored readings, once per such run, and not within ``refractory`` readings of its previous alert.
    The daemon's alert episodes (``alerts.AlertTracker``) open on these alerts and no other way. While a stream
-   alerts, its signal statistics and memory do not learn (an anomaly must not become the baseline that hides the
-   next one), for at most ``protect`` readings in a row — after that a lasting change is the new normal and is
-   learned.
+   alerts, its signal statistics do not learn (an anomaly must not become the baseline that hides the next one),
+   for at most ``protect`` readings in a row — after that a lasting change is the new normal and is learned. The
+   representation memory remembers every scored reading, alerting ones included (``memory_alerts``): it says which
+   patterns the stream has shown, and a pattern it has alerted on is not new when it recurs.
 
 A stream may be one model window (``channel_mode = fixed``) or several univariate channels scored by one shared
 model (``independent``): every channel then has its own signals and statistics (a *lane*), and the stream's score
@@ -128,6 +129,10 @@ class DetectorConfig:
             (full windows only) does not describe, and its own statistics are still settling away from the prior:
             with 1, a quarter of streams with a per-stream card alerted on reading 0, and 107 of 150 ICU patients
             within their first 5 hours; 30 won the benchmark against 16, 24 and 48 (docs/detection.md).
+        memory_alerts: whether the representation memory also remembers the readings the statistics skip while
+            the stream alerts. An alerted pattern that recurs (a daily reset, a beat the threshold caught) is then
+            no longer novel; without it such a pattern stayed new and its surprise grew with every recurrence
+            (docs/detection.md).
         tail_dof: the tail each signal is judged under: Student's t with this many (even) degrees of freedom, or
             0 for the Gaussian. The signals are heavy-tailed (a stream's ordinary outliers sit 5–10 of its standard
             deviations out), and a Gaussian tail made them p = 1e-8 to 1e-20 events, which the record and run peaks
@@ -156,6 +161,7 @@ class DetectorConfig:
     peak_decay: float = 0.005
     min_warmup: int = 30
     tail_dof: int = 8
+    memory_alerts: bool = True
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
@@ -211,6 +217,10 @@ class DetectorConfig:
                 changes[key] = tuple(v for v in value.split("+") if v)
             elif key == "combine":
                 changes[key] = value
+            elif key == "memory_alerts":
+                if value.lower() not in ("0", "1", "true", "false"):
+                    raise ValueError(f"detector override {item!r}: memory_alerts takes 0/1 or true/false")
+                changes[key] = value.lower() in ("1", "true")
             else:
                 floats = ("threshold", "record_decay", "record_cap", "peak_decay")
                 changes[key] = float(value) if key in floats else int(value)
@@ -666,7 +676,8 @@ class Detector:
         alert, warming, learn = self.gate.decide(idx, score)
         baseline = learn[lane_of] & valid
         self.stats.learn(lanes[valid], signals[valid], baseline[valid])
-        self.memory.remember(lanes[baseline], z[baseline])
+        remembered = valid if self.config.memory_alerts else baseline
+        self.memory.remember(lanes[remembered], z[remembered])
         held = np.where(alert, score, np.fmin(score, np.nextafter(self.config.threshold, -np.inf)))
         return DetectorStep(np.where(warming, np.nan, held), score, alert, warming, winner, lane_score, signals)
 
