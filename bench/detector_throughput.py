@@ -1,0 +1,94 @@
+"""The detector's own cost per reading: ``Detector.step`` alone, the committed settings beside any variants.
+
+`bench/throughput.py` times the engines (the model call); the detector runs after it on every scored reading, one
+vectorised call per tick for all streams. This script times that call the way the daemon makes it: S streams of
+one lane each, one reading per stream per tick, the general model's representation size, inputs drawn like the
+real signals (log-normal distances, Gaussian representations, half-normal deviations, with rare large values so
+that the alert path and the memory writes it now makes are exercised). Every variant sees the same inputs.
+
+    python bench/detector_throughput.py --variants 'previous:memory_alerts=0' --out bench/results/detector_throughput.md
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from trep_edge.runtime.core.detector import Detector, DetectorConfig
+
+DIMS = 64  # models/general.onnx's representation size
+
+
+def inputs(streams: int, ticks: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per tick and stream: distance ``[T, S]``, representation ``[T, S, DIMS]`` and deviation ``[T, S]``."""
+    rng = np.random.default_rng(seed)
+    distance = rng.lognormal(0.0, 0.5, (ticks, streams))
+    z = rng.normal(size=(ticks, streams, DIMS)).astype(np.float32)
+    deviation = np.abs(rng.normal(size=(ticks, streams)))
+    rare = rng.random((ticks, streams)) < 0.002
+    distance[rare] *= 30.0
+    deviation[rare] += 25.0
+    z[rare] += 6.0
+    return distance, z, deviation
+
+
+def readings_per_second(config: DetectorConfig, streams: int, warm: int, timed: int) -> tuple[float, int]:
+    """Readings per second of ``Detector.step`` over the ``timed`` ticks after ``warm`` untimed ones, and the alerts."""
+    distance, z, deviation = inputs(streams, warm + timed)
+    detector = Detector(config, DIMS)
+    detector.add(streams, streams)
+    every = np.arange(streams)
+    alerts = 0
+    for t in range(warm + timed):
+        if t == warm:
+            start = time.perf_counter()
+        out = detector.step(every, every, every, distance[t], z[t], deviation[t])
+        alerts += int(out.alert.sum()) if t >= warm else 0
+    return streams * timed / (time.perf_counter() - start), alerts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", default="1,100,1000", help="stream counts (comma-separated)")
+    parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
+    parser.add_argument("--warm", type=int, default=300, help="untimed ticks first (warm-up, memory filling)")
+    parser.add_argument("--ticks", type=int, default=300, help="timed ticks")
+    parser.add_argument("--out", help="write the table (Markdown) here too")
+    args = parser.parse_args()
+    try:
+        counts = [int(s) for s in args.streams.split(",")]
+        variants = {"committed": DetectorConfig()}
+        for spec in args.variants:
+            name, sep, overrides = spec.partition(":")
+            if not sep or not name:
+                raise ValueError(f"variant {spec!r} must be NAME:key=value;...")
+            variants[name] = DetectorConfig().with_overrides(overrides)
+    except ValueError as exc:
+        parser.error(str(exc))
+    began = time.perf_counter()
+    rows = []
+    for s in counts:
+        cells = [readings_per_second(config, s, args.warm, args.ticks) for config in variants.values()]
+        rows.append(f"| {s:,} | " + " | ".join(f"{rate:,.0f} ({alerts})" for rate, alerts in cells) + " |")
+    command = f"python bench/detector_throughput.py --streams {args.streams}"
+    if args.variants:
+        command += " --variants " + " ".join(f"'{v}'" for v in args.variants)
+    text = "\n".join([
+        f"Command: `{command}`; {args.warm} warm-up and {args.ticks} timed ticks per case; wall time "
+        f"{time.perf_counter() - began:.0f} s.",
+        "",
+        "Readings per second of `Detector.step` (alerts in the timed ticks):",
+        "",
+        "| streams | " + " | ".join(variants) + " |",
+        "|---" * (len(variants) + 1) + "|",
+        *rows,
+    ]) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
