@@ -59,12 +59,7 @@ def main() -> None:
     args = parser.parse_args()
     try:
         counts = [int(s) for s in args.streams.split(",")]
-        variants = {"committed": DetectorConfig()}
-        for spec in args.variants:
-            name, sep, overrides = spec.partition(":")
-            if not sep or not name:
-                raise ValueError(f"variant {spec!r} must be NAME:key=value;...")
-            variants[name] = DetectorConfig().with_overrides(overrides)
+        variants = {"committed": DetectorConfig()} | DetectorConfig.variants(args.variants)
     except ValueError as exc:
         parser.error(str(exc))
     began = time.perf_counter()

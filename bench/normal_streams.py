@@ -50,10 +50,11 @@ def main() -> None:
     parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
     parser.add_argument("--out", help="write the table (Markdown) here too")
     args = parser.parse_args()
+    try:
+        configs = {"committed": DetectorConfig()} | DetectorConfig.variants(args.variants)
+    except ValueError as exc:
+        parser.error(str(exc))
     engine = load_engine(args.model, "cpu")
-    configs = {"committed": DetectorConfig()} | {
-        name: DetectorConfig().with_overrides(spec) for name, spec in (v.split(":", 1) for v in args.variants)
-    }
     probation = min(int(0.15 * LENGTH), 750)
     started = time.perf_counter()
     lines = ["| stream | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]

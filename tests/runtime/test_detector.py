@@ -364,6 +364,11 @@ def test_combine_is_validated_and_overridable():
     assert DetectorConfig().with_overrides("memory_alerts=0").memory_alerts is False
     with pytest.raises(ValueError, match="memory_alerts"):
         DetectorConfig().with_overrides("memory_alerts=maybe")
+    named = DetectorConfig.variants(["previous:memory_alerts=0;threshold=5", "slow:peak_decay=0.001"])
+    assert named == {"previous": DetectorConfig(memory_alerts=False, threshold=5.0),
+                     "slow": DetectorConfig(peak_decay=0.001)}  # fmt: skip
+    with pytest.raises(ValueError, match="NAME:key=value"):
+        DetectorConfig.variants(["threshold=5"])
 
 
 def _run_detector(detector, distances, z):

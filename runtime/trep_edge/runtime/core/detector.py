@@ -45,7 +45,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -206,25 +206,35 @@ class DetectorConfig:
         return cls(**values)
 
     def with_overrides(self, spec: str) -> DetectorConfig:
-        """Apply ``key=value;key=value`` overrides (benchmark ablations); ``signals`` takes ``a+b``."""
+        """Apply ``key=value;key=value`` overrides (benchmark ablations), each read as its field's type; ``signals``
+        takes ``a+b``, a flag ``0/1/true/false``."""
         types = {f.name: f.type for f in fields(self)}
         changes: dict[str, Any] = {}
         for item in filter(None, (part.strip() for part in spec.split(";"))):
             key, sep, value = item.partition("=")
             if not sep or key not in types:
                 raise ValueError(f"detector override {item!r} must be key=value with a key among {sorted(types)}")
+            kind = types[key]
             if key == "signals":
                 changes[key] = tuple(v for v in value.split("+") if v)
-            elif key == "combine":
-                changes[key] = value
-            elif key == "memory_alerts":
+            elif kind == "bool":
                 if value.lower() not in ("0", "1", "true", "false"):
-                    raise ValueError(f"detector override {item!r}: memory_alerts takes 0/1 or true/false")
+                    raise ValueError(f"detector override {item!r}: {key} takes 0/1 or true/false")
                 changes[key] = value.lower() in ("1", "true")
             else:
-                floats = ("threshold", "record_decay", "record_cap", "peak_decay")
-                changes[key] = float(value) if key in floats else int(value)
+                changes[key] = {"int": int, "float": float}.get(kind, str)(value)
         return replace(self, **changes)
+
+    @classmethod
+    def variants(cls, items: Iterable[str]) -> dict[str, DetectorConfig]:
+        """Named variants of the default settings from ``NAME:key=value;...`` items (benchmark ablation rows)."""
+        named: dict[str, DetectorConfig] = {}
+        for item in items:
+            name, sep, spec = item.partition(":")
+            if not sep or not name:
+                raise ValueError(f"detector variant {item!r} must be NAME:key=value;key=value")
+            named[name] = cls().with_overrides(spec)
+        return named
 
 
 def window_deviation(windows: np.ndarray) -> np.ndarray:

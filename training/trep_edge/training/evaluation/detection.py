@@ -170,10 +170,9 @@ def run(args: argparse.Namespace) -> dict:
     detections = Detections(Path(args.cache).expanduser())
     general = load_engine(args.model, "cpu")
     icu = load_engine(args.icu_model, "cpu")
-    variants = {"trep": ""} | dict(v.split(":", 1) for v in (args.ablations or []))
+    variants = {"trep": DetectorConfig()} | DetectorConfig.variants(args.ablations or [])
     detectors: dict[str, Callable[[Stream], Output]] = {}
-    for name, spec in variants.items():
-        config = DetectorConfig().with_overrides(spec)
+    for name, config in variants.items():
         label = name if name == "trep" else f"trep:{name}"
         detectors[label] = lambda s, c=config: _trep(s, c, general, icu, detections)
     scope: dict[str, tuple[str, ...]] = {}  # detectors run on some categories only
@@ -183,10 +182,9 @@ def run(args: argparse.Namespace) -> dict:
         from trep_edge.training.evaluation import detection_per_stream as ps
 
         per_stream = ps.PerStreamModels(Path(args.per_stream_cache).expanduser(), args.per_stream_threads)
-        extra = dict(v.split(":", 1) for v in (getattr(args, "per_stream_ablations", None) or []))
-        for name, spec in ({"": ""} | extra).items():
+        extra = DetectorConfig.variants(getattr(args, "per_stream_ablations", None) or [])
+        for name, config in ({"": DetectorConfig()} | extra).items():
             label = "trep:per-stream" + (f":{name}" if name else "")
-            config = DetectorConfig().with_overrides(spec)
             detectors[label] = lambda s, c=config: _trep_per_stream(s, c, per_stream, detections)
             scope[label], notes[label] = ps.CATEGORIES, ps.NOTE
     chosen = [p for p in (PEERS if args.peers is None else args.peers.split(",")) if p]
