@@ -14,8 +14,8 @@ label. Peers, each with the committed alert rule its own documentation or the pa
 - ``trep``: this product's detector (``runtime/trep_edge/runtime/core/detector.py``): each stream fed to the daemon's
   ``Monitor`` by ``offline.detect_recording``, the code ``trep-edge score`` runs; ``trep:NAME`` rows are ablations
   (``--ablations``). Each (model, detector settings, stream) is scored once and cached (``Detections``).
-- ``trep:per-stream``: the same detector, each synthetic and UCR stream with its own model trained on its probation
-  part only (``--per-stream-train``, ``detection_per_stream``); ``trep:per-stream:NAME`` its ablations.
+- ``trep:per-stream``: the same detector, each synthetic, archive and UCR stream with its own model trained on its
+  probation part only (``--per-stream-train``, ``detection_per_stream``); ``trep:per-stream:NAME`` its ablations.
 
 Metrics: ``detection_metrics`` (NAB at the committed alerts and at the corpus-tuned threshold, event F1, delay,
 false alarms per 1,000 rows, UCR top-1) and point-adjusted F1 with delay 7 (``training.evaluation.point_adjusted``).

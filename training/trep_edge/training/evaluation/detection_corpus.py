@@ -5,6 +5,11 @@
   level shift, flatline, variance change, slow drift, frequency change, dropout to zero, contextual: a stretch of
   the signal from elsewhere, distorted cycle, none) at three sizes in robust scales of the stream (2, 3, 5), one
   labelled event per stream; every fifth stream has three channels with the fault in one.
+- ``archive``: the same faults in other kinds of real signal, made long by concatenating the held-out ``_TEST`` cases
+  of one class of a UCR/UEA data set in file order (``ARCHIVE``): five-minute freeway traffic counts, one day per
+  case (DodgerLoopWeekend, whole numbers, some missing); a pig's central venous pressure (PigCVP); three ECG leads
+  (UEA StandWalkJump, every stream with all three channels). Sizes cycle with the kinds, so the quick subset has
+  every kind once and every size. The joins between cases are part of the carrier, as a restart is part of a feed.
 - ``multi``: longer streams of the same real signals with two or three faults each (kinds and sizes drawn at
   random, one per equal slot of the part after probation), as real feeds have: a false alarm or a long refractory
   period now costs the next event, which one-event streams cannot show.
@@ -22,10 +27,13 @@ import numpy as np
 from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.paths import data_root
 from trep_edge.datasets.physionet import VITALS, iter_patients
+from trep_edge.datasets.ts_format import load_ts
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
 
 KINDS = ("spike", "dip", "level", "flat", "variance", "drift", "frequency", "dropout", "context", "cycle", "none")
 SIZES = (2.0, 3.0, 5.0)
+ARCHIVE = (("UCR", "DodgerLoopWeekend", 1), ("UCR", "PigCVP", 1), ("UEA", "StandWalkJump", 3))
+"""Carriers of the ``archive`` category: (archive folder, data set, channels kept)."""
 UCR = ("001_UCR_Anomaly_DISTORTED1sddb40_35000_52000_52620.txt", "002_UCR_Anomaly_DISTORTED2sddb40_35000_56600_56900.txt",
        "135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt")  # fmt: skip
 
@@ -108,11 +116,12 @@ def _sources(root: Path) -> list[tuple[str, np.ndarray]]:
 def _excerpt(
     values: np.ndarray, rng: np.random.Generator, lengths: tuple[int, int], all_channels: bool
 ) -> tuple[np.ndarray, list[int], np.ndarray]:
-    """A random stretch of a ``[T, 3]`` source: its channels (all three, or one drawn), the block and its first
+    """A random stretch of a ``[T, C]`` source: its channels (all of them, or one drawn), the block and its first
     channel with gaps filled by the median (the channel faults go into)."""
     length = int(rng.integers(*lengths))
     start = int(rng.integers(0, max(len(values) - length, 1)))
-    channels = [0, 1, 2] if all_channels else [int(rng.integers(0, 3))]
+    width = values.shape[1]
+    channels = list(range(width)) if all_channels else [int(rng.integers(0, width))]
     block = values[start : start + length][:, channels].copy()
     return block, channels, np.where(np.isnan(block[:, 0]), np.nanmedian(block[:, 0]), block[:, 0])
 
@@ -128,6 +137,32 @@ def synthetic(root: Path, count: int, seed: int = 0) -> list[Stream]:
         block, channels, clean = _excerpt(values, rng, (2500, 5000), k % 5 == 4)
         block[:, 0], events = inject(clean, kind, size, rng)
         streams.append(Stream(f"{name}#{k}:{kind}{size:g}", "synthetic", [f"c{c}" for c in channels], block, events,
+                              meta={"kind": kind, "size": size}))  # fmt: skip
+    return streams
+
+
+def _archive_sources(root: Path) -> list[tuple[str, np.ndarray]]:
+    """Each ``ARCHIVE`` data set's largest class of ``_TEST`` cases, concatenated in file order: ``[T, channels]``."""
+    out = []
+    for folder, name, width in ARCHIVE:
+        cases, labels = load_ts(root / folder / name / f"{name}_TEST.ts")
+        classes, counts = np.unique(labels, return_counts=True)
+        chosen = cases[labels == classes[counts.argmax()]][:, :, :width]
+        out.append((name, chosen.reshape(-1, width).astype(np.float64)))
+    return out
+
+
+def archive(root: Path, count: int, seed: int = 2) -> list[Stream]:
+    """``count`` streams of the ``ARCHIVE`` carriers with one fault each (module docstring)."""
+    rng = np.random.default_rng(seed)
+    sources = _archive_sources(root)
+    streams = []
+    for k in range(count):
+        name, values = sources[k % len(sources)]
+        kind, size = KINDS[k % len(KINDS)], SIZES[k % len(SIZES)]
+        block, channels, clean = _excerpt(values, rng, (2500, 5000), values.shape[1] > 1)
+        block[:, 0], events = inject(clean, kind, size, rng)
+        streams.append(Stream(f"{name}#a{k}:{kind}{size:g}", "archive", [f"c{c}" for c in channels], block, events,
                               meta={"kind": kind, "size": size}))  # fmt: skip
     return streams
 
@@ -188,6 +223,6 @@ def sepsis(root: Path, patients: int, septic_share: float = 0.3) -> list[Stream]
 def corpus(root_override: str | None, quick: bool) -> list[Stream]:
     """The benchmark corpus; ``quick`` is a smaller fixed subset of every category."""
     root = data_root(root_override)
-    return (synthetic(root, 33 if quick else 66) + multi(root, 12 if quick else 24)
+    return (synthetic(root, 33 if quick else 66) + archive(root, 11 if quick else 22) + multi(root, 12 if quick else 24)
             + ucr(root, UCR[2:] if quick else UCR)
             + sepsis(root, 150 if quick else 500))  # fmt: skip

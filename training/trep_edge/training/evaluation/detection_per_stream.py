@@ -14,8 +14,8 @@ gets one multichannel model of its channels. Models are cached under ``--per-str
 them. Torch runs on ``--per-stream-threads`` threads (default 1: on the shared 2-core machine one thread trained
 about 7x faster than two) with the CLI's fixed seed 0, so a model is a function of its key.
 
-Only the ``CATEGORIES`` streams get a model: a sepsis stay is about 40 hourly readings, so its probation part is
-about 6 readings, far below one training window (``NOTE``).
+Only the ``CATEGORIES`` streams (synthetic, archive, UCR) get a model: a sepsis stay is about 40 hourly readings, so
+its probation part is about 6 readings, far below one training window (``NOTE``).
 """
 from __future__ import annotations
 
@@ -38,11 +38,12 @@ from trep_edge.training.evaluation.detection_corpus import Stream
 TRAIN_FLAGS = ("--iterations", "200", "--hidden-dims", "64", "--depth", "8", "--repr-dims", "64",
                "--max-train-length", "201")  # fmt: skip
 """The evaluator's ``trep-edge train`` flags; ``trep-edge export`` ran with its defaults (no flag)."""
-CATEGORIES = ("synthetic", "ucr")
-NOTE = ("one model per stream, trained on the stream's first 15 % (at most 750 readings) only; synthetic and ucr "
-        "streams; sepsis not run: 15 % of a ~40-hour stay is ~6 hourly readings, too short to train on")  # fmt: skip
+CATEGORIES = ("synthetic", "archive", "ucr")
+NOTE = ("one model per stream, trained on the stream's first 15 % (at most 750 readings) only; synthetic, archive "
+        "and ucr streams; sepsis not run: 15 % of a ~40-hour stay is ~6 hourly readings, too short to train "
+        "on")  # fmt: skip
 CACHE_VERSION = b"1"  # bump when training or export change what a cached model would be for the same key
-MAX_STREAMS = 1000  # a bound on the models one run may train (the full corpus has 69 non-sepsis streams)
+MAX_STREAMS = 1000  # a bound on the models one run may train (the full corpus has 91 non-sepsis, non-multi streams)
 
 
 def training_slice(stream: Stream) -> np.ndarray:

@@ -1,0 +1,53 @@
+"""The detection benchmark's ``archive`` category: long real carriers from held-out UCR/UEA cases, one fault each."""
+import numpy as np
+import pytest
+
+from trep_edge.datasets.paths import data_root
+from trep_edge.datasets.ts_format import load_ts
+from trep_edge.training.evaluation import detection_corpus as dc
+
+
+@pytest.fixture(scope="module")
+def root():
+    path = data_root()
+    if not all((path / folder / name / f"{name}_TEST.ts").is_file() for folder, name, _ in dc.ARCHIVE):
+        pytest.skip(f"UCR/UEA data not found under {path} (set TREP_EDGE_DATA)")
+    return path
+
+
+def test_each_carrier_is_the_largest_class_of_held_out_test_cases_in_file_order(root):
+    for (folder, name, width), (source, values) in zip(dc.ARCHIVE, dc._archive_sources(root)):
+        cases, labels = load_ts(root / folder / name / f"{name}_TEST.ts")
+        classes, counts = np.unique(labels, return_counts=True)
+        chosen = np.flatnonzero(labels == classes[counts.argmax()])
+        assert source == name and values.shape == (len(chosen) * cases.shape[1], width)
+        # Case by case, in the file's order: the first and last case of the class open and close the carrier.
+        np.testing.assert_array_equal(values[: cases.shape[1]], cases[chosen[0], :, :width])
+        np.testing.assert_array_equal(values[-cases.shape[1] :], cases[chosen[-1], :, :width])
+
+
+def test_the_quick_archive_streams_have_every_kind_once_every_size_and_one_fault_each(root):
+    streams = dc.archive(root, 11)
+    again = dc.archive(root, 11)
+    assert [s.name for s in streams] == [s.name for s in again]
+    assert all(np.array_equal(a.values, b.values, equal_nan=True) for a, b in zip(streams, again))
+    assert sorted(s.meta["kind"] for s in streams) == sorted(dc.KINDS)
+    assert {s.meta["size"] for s in streams} == set(dc.SIZES)
+    sources = dict(dc._archive_sources(root))
+    for s in streams:
+        carrier = sources[s.name.split("#")[0]]
+        assert s.category == "archive" and 2500 <= len(s.values) < 5000
+        assert s.values.shape[1] == (3 if s.name.startswith("StandWalkJump") else 1)
+        assert (s.events == []) == (s.meta["kind"] == "none")
+        for onset, last in s.events:
+            assert 0.35 * len(s.values) <= onset <= last < len(s.values)
+        if s.values.shape[1] > 1:
+            # The fault goes into the first channel only; the others are the carrier's, unchanged.
+            n = len(s.values)
+            starts = np.flatnonzero((carrier[: len(carrier) - n + 1, 1:] == s.values[0, 1:]).all(axis=1))
+            assert any(np.array_equal(s.values[:, 1:], carrier[i : i + n, 1:]) for i in starts)
+
+
+def test_the_corpus_holds_the_archive_category(root):
+    categories = [s.category for s in dc.archive(root, 22)]
+    assert categories == ["archive"] * 22
