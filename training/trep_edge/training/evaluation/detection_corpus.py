@@ -134,11 +134,19 @@ def synthetic(root: Path, count: int, seed: int = 0) -> list[Stream]:
     for k in range(count):
         name, values = sources[k % len(sources)]
         kind, size = KINDS[k % len(KINDS)], SIZES[(k // len(KINDS)) % len(SIZES)]
-        block, channels, clean = _excerpt(values, rng, (2500, 5000), k % 5 == 4)
-        block[:, 0], events = inject(clean, kind, size, rng)
-        streams.append(Stream(f"{name}#{k}:{kind}{size:g}", "synthetic", [f"c{c}" for c in channels], block, events,
-                              meta={"kind": kind, "size": size}))  # fmt: skip
+        streams.append(_one_fault(f"{name}#{k}", "synthetic", values, kind, size, rng, k % 5 == 4))
     return streams
+
+
+def _one_fault(
+    name: str, category: str, values: np.ndarray, kind: str, size: float, rng: np.random.Generator,
+    all_channels: bool,
+) -> Stream:  # fmt: skip
+    """A 2,500–5,000-reading excerpt of a source with one fault of ``kind`` at ``size`` in its first channel."""
+    block, channels, clean = _excerpt(values, rng, (2500, 5000), all_channels)
+    block[:, 0], events = inject(clean, kind, size, rng)
+    return Stream(f"{name}:{kind}{size:g}", category, [f"c{c}" for c in channels], block, events,
+                  meta={"kind": kind, "size": size})  # fmt: skip
 
 
 def _archive_sources(root: Path) -> list[tuple[str, np.ndarray]]:
@@ -160,10 +168,7 @@ def archive(root: Path, count: int, seed: int = 2) -> list[Stream]:
     for k in range(count):
         name, values = sources[k % len(sources)]
         kind, size = KINDS[k % len(KINDS)], SIZES[k % len(SIZES)]
-        block, channels, clean = _excerpt(values, rng, (2500, 5000), values.shape[1] > 1)
-        block[:, 0], events = inject(clean, kind, size, rng)
-        streams.append(Stream(f"{name}#a{k}:{kind}{size:g}", "archive", [f"c{c}" for c in channels], block, events,
-                              meta={"kind": kind, "size": size}))  # fmt: skip
+        streams.append(_one_fault(f"{name}#a{k}", "archive", values, kind, size, rng, values.shape[1] > 1))
     return streams
 
 
