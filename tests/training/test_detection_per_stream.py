@@ -93,3 +93,34 @@ def test_a_partial_row_appears_only_in_the_sections_it_ran_on():
     assert "trep:per-stream" not in sections["overall"] and "trep:per-stream" not in sections["sepsis"]
     assert "| trep:per-stream |" in sections["synthetic+ucr"]
     assert "- `trep:per-stream`: synthetic and ucr only" in text
+
+
+def test_a_fine_tuned_model_starts_from_the_base_on_the_slice_prepared_as_the_base_expects(fake_cli, tmp_path):
+    stream = _stream(3000, channels=3)
+    stream.values[:, 1] = 1e4 + 50 * stream.values[:, 1]  # a channel on another scale: scaled on its own
+    stream.values[dm.probation(3000) :] = SENTINEL
+    base = ps.FineTune(tmp_path / "general.onnx", "a" * 64, window=128, stream_scaled=True)
+    ps.PerStreamModels(tmp_path / "cache", threads=1, base=base).path(stream)
+    (_, train_args, data), (_, export_args, _) = fake_cli
+    assert data.shape == (3, 450, 1)  # each channel one series, as the general corpus is
+    np.testing.assert_allclose(np.median(data, axis=1), 0.0, atol=1e-5)  # robust-scaled, channel by channel
+    assert np.abs(data).max() < 100  # the runtime's clip; nothing of the sentinel
+    assert train_args.init_from == str(base.model) and train_args.iterations == 200
+    assert train_args.hidden_dims is None and train_args.max_train_length is None  # the base's architecture
+    assert export_args.general and export_args.window == 128
+
+
+def test_fine_tuned_models_are_cached_apart_from_scratch_ones_and_per_base(fake_cli, tmp_path):
+    stream = _stream(2000)
+    scratch = ps.PerStreamModels(tmp_path, threads=1).path(stream)
+    one = ps.PerStreamModels(tmp_path, threads=1, base=ps.FineTune(tmp_path / "a.onnx", "a" * 64, 128, True)).path(stream)
+    other = ps.PerStreamModels(tmp_path, threads=1, base=ps.FineTune(tmp_path / "b.onnx", "b" * 64, 128, True)).path(stream)
+    shorter = ps.FineTune(tmp_path / "a.onnx", "a" * 64, 128, True, iterations=50)
+    brief = ps.PerStreamModels(tmp_path, threads=1, base=shorter).path(stream)
+    assert len({scratch, one, other, brief}) == 4 and len(fake_cli) == 8
+    assert fake_cli[-2][1].iterations == 50 and "50 iterations" in shorter.note
+
+
+def test_a_base_without_its_checkpoint_is_refused_before_any_training(tmp_path):
+    with pytest.raises(FileNotFoundError, match="its checkpoint"):
+        ps.FineTune.of(tmp_path / "general.onnx")

@@ -9,6 +9,7 @@ from trep_edge.cli import main
 from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.paths import data_root
 from trep_edge.runtime.core.engine import load_engine
+from trep_edge.training.trainer import resolve_checkpoint
 from trep_edge.training.general_corpus import CLIP, a103l_series, build_corpus, ett_series, physionet_series
 
 PATIENTS = 8
@@ -98,6 +99,22 @@ def test_export_general_folds_the_normalisation_and_marks_the_card(shifted_npy, 
     normed = (raw - p.card.normalisation["mean"][0]) / p.card.normalisation["std"][0]
     # The general model on raw values = the trained model on normalised values: the folding is exact.
     np.testing.assert_allclose(g.encode(raw, mask, t), p.encode(normed.astype(np.float32), mask, t), atol=1e-4)
+
+
+def test_a_general_model_with_its_checkpoint_beside_it_can_be_fine_tuned_and_a_retrained_one_cannot(shifted_npy, capsys):
+    # The general export folds the training normalisation into the weights, so its card's weights_sha256 is not the
+    # checkpoint's own: the checkpoint must still be recognised as the one the model was exported from.
+    ckpt, model = shifted_npy / "g.pt", shifted_npy / "g.onnx"
+    assert main(["train", str(shifted_npy / "one.npy"), "--out", str(ckpt), *TINY]) == 0
+    assert main(["export", str(ckpt), "--out", str(model), "--general", "--window", "16", "--no-calibration",
+                 "--graphs", "none"]) == 0  # fmt: skip
+    assert resolve_checkpoint(model) == ckpt
+    assert main(["train", str(shifted_npy / "one.npy"), "--init-from", str(model), "--out",
+                 str(shifted_npy / "tuned.pt"), "--iterations", "2", "--no-progress"]) == 0  # fmt: skip
+    assert main(["train", str(shifted_npy / "one.npy"), "--out", str(ckpt), *TINY, "--seed", "1"]) == 0  # retrained
+    capsys.readouterr()
+    with pytest.raises(ValueError, match="does not hold the weights"):
+        resolve_checkpoint(model)
 
 
 def test_export_general_writes_no_detector_prior_where_a_plain_export_does(shifted_npy, capsys):

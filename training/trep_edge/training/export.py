@@ -255,6 +255,14 @@ def build_card(
     )
 
 
+def fold_normalisation(encoder: TRepEncoder, mean: float, std: float) -> None:
+    """Fold a univariate input normalisation ``(x − mean) / std`` into the input projection, in place."""
+    with torch.no_grad():
+        weight = encoder.projection.weight
+        encoder.projection.bias -= weight[:, 0] * (mean / std)
+        weight /= std
+
+
 def make_general(encoder: TRepEncoder, card: ModelCard) -> None:
     """Turn a univariate encoder and its card into a general-purpose model (per-stream scaling, channel-independent).
 
@@ -264,12 +272,7 @@ def make_general(encoder: TRepEncoder, card: ModelCard) -> None:
     if encoder.cfg.input_dims != 1:
         raise ValueError(f"--general needs a univariate model (input_dims 1), this one has {encoder.cfg.input_dims} "
                          "channels: train it on single-channel series (e.g. the general corpus, docs/training.md)")
-    mean = float(card.normalisation["mean"][0])
-    std = float(card.normalisation["std"][0])
-    with torch.no_grad():
-        weight = encoder.projection.weight
-        encoder.projection.bias -= weight[:, 0] * (mean / std)
-        weight /= std
+    fold_normalisation(encoder, float(card.normalisation["mean"][0]), float(card.normalisation["std"][0]))
     card.channels = ["value"]
     card.normalisation = {"mean": [0.0], "std": [1.0]}
     card.scaling = "stream"

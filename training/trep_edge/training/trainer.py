@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import time
 from dataclasses import asdict
@@ -379,21 +380,30 @@ def resolve_checkpoint(model_or_checkpoint: str | Path, weights_sha256: str | No
     """The checkpoint behind a model: the path itself, or for ``M.onnx`` the sibling ``M.pt`` with the same weights.
 
     An exported model's card records a sha256 of its weights (``weights_sha256`` if already known), so a
-    checkpoint that was retrained since is refused rather than silently used.
+    checkpoint that was retrained since is refused rather than silently used. A general model's export folded the
+    training normalisation into its weights (``export.make_general``): its checkpoint matches once folded the same way.
     """
     path = Path(model_or_checkpoint)
     if path.suffix != ".onnx" and weights_sha256 is None:
         return path
     from trep_edge.runtime.core.engine import load_engine
 
-    from trep_edge.training.export import weights_sha256 as sha_of
+    from trep_edge.training.export import fold_normalisation, weights_sha256 as sha_of
 
     checkpoint = path.with_suffix(".pt")
     if not checkpoint.is_file():
         raise FileNotFoundError(f"{path} is an exported model; its checkpoint {checkpoint} (same name, .pt) is "
                                 "needed for its weights: copy it there or pass the checkpoint itself")  # fmt: skip
     expected = weights_sha256 or load_engine(path, "cpu").card.weights_sha256
-    if sha_of(Trainer.load(checkpoint, device="cpu").inference_encoder()) != expected:
+    trainer = Trainer.load(checkpoint, device="cpu")
+    encoder = trainer.inference_encoder()
+    candidates = [encoder]
+    if encoder.cfg.input_dims == 1:
+        folded = copy.deepcopy(encoder)
+        norm = trainer.meta["normalisation"]
+        fold_normalisation(folded, float(norm["mean"][0]), float(norm["std"][0]))
+        candidates.append(folded)
+    if expected not in {sha_of(e) for e in candidates}:
         raise ValueError(f"{checkpoint} does not hold the weights of {path} (weights_sha256 differs): pass the "
                          "checkpoint the model was exported from")  # fmt: skip
     return checkpoint

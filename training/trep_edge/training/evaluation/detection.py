@@ -16,6 +16,7 @@ label. Peers, each with the committed alert rule its own documentation or the pa
   (``--ablations``). Each (model, detector settings, stream) is scored once and cached (``Detections``).
 - ``trep:per-stream``: the same detector, each synthetic, archive and UCR stream with its own model trained on its
   probation part only (``--per-stream-train``, ``detection_per_stream``); ``trep:per-stream:NAME`` its ablations.
+- ``trep:fine-tuned``: the same, each model fine-tuned from ``--per-stream-init-from M.onnx`` on that part instead.
 
 Metrics: ``detection_metrics`` (NAB at the committed alerts and at the corpus-tuned threshold, event F1, delay,
 false alarms per 1,000 rows, UCR top-1) and point-adjusted F1 with delay 7 (``training.evaluation.point_adjusted``).
@@ -177,16 +178,23 @@ def run(args: argparse.Namespace) -> dict:
         detectors[label] = lambda s, c=config: _trep(s, c, general, icu, detections)
     scope: dict[str, tuple[str, ...]] = {}  # detectors run on some categories only
     notes: dict[str, str] = {}
-    per_stream = None
-    if getattr(args, "per_stream_train", False):
+    per_stream = {}  # row family -> (its models, its note)
+    if getattr(args, "per_stream_train", False) or getattr(args, "per_stream_init_from", None):
         from trep_edge.training.evaluation import detection_per_stream as ps
 
-        per_stream = ps.PerStreamModels(Path(args.per_stream_cache).expanduser(), args.per_stream_threads)
+        cache = Path(args.per_stream_cache).expanduser()
+        if getattr(args, "per_stream_train", False):
+            per_stream["trep:per-stream"] = ps.PerStreamModels(cache, args.per_stream_threads), ps.NOTE
+        if getattr(args, "per_stream_init_from", None):
+            iterations = getattr(args, "per_stream_fine_tune_iterations", ps.FINE_TUNE_ITERATIONS)
+            base = ps.FineTune.of(Path(args.per_stream_init_from), iterations)
+            per_stream["trep:fine-tuned"] = ps.PerStreamModels(cache, args.per_stream_threads, base), base.note
         extra = DetectorConfig.variants(getattr(args, "per_stream_ablations", None) or [])
-        for name, config in ({"": DetectorConfig()} | extra).items():
-            label = "trep:per-stream" + (f":{name}" if name else "")
-            detectors[label] = lambda s, c=config: _trep_per_stream(s, c, per_stream, detections)
-            scope[label], notes[label] = ps.CATEGORIES, ps.NOTE
+        for family, (models, note) in per_stream.items():
+            for name, config in ({"": DetectorConfig()} | extra).items():
+                label = family + (f":{name}" if name else "")
+                detectors[label] = lambda s, c=config, m=models: _trep_per_stream(s, c, m, detections)
+                scope[label], notes[label] = ps.CATEGORIES, note
     chosen = [p for p in (PEERS if args.peers is None else args.peers.split(",")) if p]
     peers = {"rolling_z": rolling_z, "hst": hst, "stumpi": stumpi,
              "paper": lambda s: paper(detections.get(_engine_for(s, general, icu), s)["raw"])}  # fmt: skip
@@ -211,8 +219,8 @@ def run(args: argparse.Namespace) -> dict:
         results["rows"][name] = rows
         shown = "overall" if name not in scope else "+".join(scope[name])
         print(json.dumps({name: rows.get(shown)}, default=float), flush=True)
-    if per_stream is not None:
-        results["per_stream"] = per_stream.info
+    for family, (models, _) in per_stream.items():
+        results["per_stream" if family == "trep:per-stream" else "fine_tuned"] = models.info
     results["wall_seconds"] = time.perf_counter() - started
     results["streams"] = {cat: sum(s.category == cat for s in streams) for cat in categories}
     out = Path(args.out or "bench/results/detection.json")

@@ -16,6 +16,9 @@ about 7x faster than two) with the CLI's fixed seed 0, so a model is a function 
 
 Only the ``CATEGORIES`` streams (synthetic, archive, UCR) get a model: a sepsis stay is about 40 hourly readings, so
 its probation part is about 6 readings, far below one training window (``NOTE``).
+
+With ``--per-stream-init-from M.onnx`` (its checkpoint ``M.pt`` beside it) each model is instead that model fine-tuned
+on the same slice (``FineTune``): the route a team with a general model and a stream's short history would take.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import io
 import json
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +48,58 @@ NOTE = ("one model per stream, trained on the stream's first 15 % (at most 750 r
         "on")  # fmt: skip
 CACHE_VERSION = b"1"  # bump when training or export change what a cached model would be for the same key
 MAX_STREAMS = 1000  # a bound on the models one run may train (the full corpus has 91 non-sepsis, non-multi streams)
+FINE_TUNE_ITERATIONS = 200
+"""Default fine-tuning steps: the evaluator's training budget, spent from the base model's weights instead of random
+ones."""
+FINE_TUNE_NOTE = ("one model per stream, the base model fine-tuned for {iterations} iterations on the stream's first "
+                  "15 % (at most 750 readings) only; synthetic, archive and ucr streams")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FineTune:
+    """A base model to fine-tune per stream: ``M.onnx``, its checkpoint, and how its inputs are prepared.
+
+    A base with per-stream scaling (the general model) learnt from series each robust-scaled on its own, one channel
+    at a time: the slice is prepared the same way (``general_corpus.robust_scale`` per channel, each channel a series)
+    and the result is exported as a general model of the base's window. A fixed-channel base keeps its channels and
+    normalisation (``trep-edge train --init-from``).
+    """
+
+    model: Path
+    sha256: str
+    window: int
+    stream_scaled: bool
+    iterations: int = FINE_TUNE_ITERATIONS
+
+    @classmethod
+    def of(cls, model: Path, iterations: int = FINE_TUNE_ITERATIONS) -> FineTune:
+        """Read ``model``'s card; refused (with what to fix) when its checkpoint is missing or was retrained since."""
+        from trep_edge.training.trainer import resolve_checkpoint
+
+        if iterations < 1:
+            raise ValueError(f"--per-stream-fine-tune-iterations must be at least 1, got {iterations}")
+        resolve_checkpoint(model)
+        card = load_engine(model, "cpu").card
+        return cls(model, card.weights_sha256, card.window, card.scaling == "stream", iterations)
+
+    @property
+    def note(self) -> str:
+        """The benchmark's note on the rows of these models."""
+        return FINE_TUNE_NOTE.format(iterations=self.iterations)
+
+    def prepare(self, values: np.ndarray) -> np.ndarray:
+        """The training data for ``values [T, C]``: ``[C, T, 1]`` robust-scaled series, or ``values`` as they are."""
+        if not self.stream_scaled:
+            return np.asarray(values, dtype=np.float32)
+        from trep_edge.training.general_corpus import robust_scale
+
+        return np.stack([robust_scale(np.asarray(values[:, c], dtype=np.float64)) for c in range(values.shape[1])])[..., None]
+
+    def train_flags(self) -> tuple[str, ...]:
+        return ("--init-from", str(self.model), "--iterations", str(self.iterations))
+
+    def export_flags(self) -> tuple[str, ...]:
+        return ("--window", str(self.window)) + ("--general",) * self.stream_scaled
 
 
 def training_slice(stream: Stream) -> np.ndarray:
@@ -54,15 +110,16 @@ def training_slice(stream: Stream) -> np.ndarray:
 class PerStreamModels:
     """Trains (or finds in the cache) the model of each stream; ``info`` records what each one took."""
 
-    def __init__(self, cache: Path, threads: int = 1) -> None:
+    def __init__(self, cache: Path, threads: int = 1, base: FineTune | None = None) -> None:
         if threads < 1:
             raise ValueError(f"--per-stream-threads must be at least 1, got {threads}")
-        self.cache, self.threads = cache, threads
+        self.cache, self.threads, self.base = cache, threads, base
         self.info: dict[str, dict] = {}
 
     def key(self, values: np.ndarray) -> str:
-        """Cache key: the slice's values and shape, the flags and the cache version."""
-        digest = hashlib.sha256(CACHE_VERSION + json.dumps([TRAIN_FLAGS, self.threads, values.shape]).encode())
+        """Cache key: the slice's values and shape, the flags, the base model's weights and the cache version."""
+        fine_tune = [] if self.base is None else [self.base.sha256, self.base.train_flags()[2:], self.base.export_flags()]
+        digest = hashlib.sha256(CACHE_VERSION + json.dumps([TRAIN_FLAGS, self.threads, values.shape, *fine_tune]).encode())
         digest.update(np.ascontiguousarray(values, dtype=np.float32).tobytes())
         return digest.hexdigest()[:24]
 
@@ -76,7 +133,7 @@ class PerStreamModels:
         else:
             if len(self.info) >= MAX_STREAMS:
                 raise ValueError(f"more than {MAX_STREAMS} per-stream models in one run")
-            info = train_and_export(values, folder, self.threads) | {"cached": False}
+            info = train_and_export(values, folder, self.threads, self.base) | {"cached": False}
         # A later row finds the model this run trained in the cache: keep the first record (what training took).
         self.info.setdefault(stream.name, info | {"model": str(model)})
         return model
@@ -86,8 +143,10 @@ class PerStreamModels:
         return load_engine(self.path(stream), "cpu")
 
 
-def train_and_export(values: np.ndarray, folder: Path, threads: int = 1) -> dict:
-    """``trep-edge train SLICE.npy TRAIN_FLAGS`` then ``trep-edge export`` (defaults) into ``folder``; a summary."""
+def train_and_export(values: np.ndarray, folder: Path, threads: int = 1, base: FineTune | None = None) -> dict:
+    """``trep-edge train SLICE.npy TRAIN_FLAGS`` then ``trep-edge export`` (defaults) into ``folder``; a summary.
+
+    With ``base``: ``train --init-from`` on the slice as the base expects it, exported as the base was."""
     import torch
 
     from trep_edge.training.commands import export, train
@@ -102,16 +161,19 @@ def train_and_export(values: np.ndarray, folder: Path, threads: int = 1) -> dict
     try:
         with tempfile.TemporaryDirectory(prefix="trep-per-stream-") as tmp:
             data = Path(tmp) / "probation.npy"
-            np.save(data, np.asarray(values, dtype=np.float32))
+            np.save(data, np.asarray(values, dtype=np.float32) if base is None else base.prepare(values))
             checkpoint = folder / "model.pt"
-            train_args = parser.parse_args(["train", str(data), *TRAIN_FLAGS, "--threads", str(threads),
+            flags = TRAIN_FLAGS if base is None else base.train_flags()
+            train_args = parser.parse_args(["train", str(data), *flags, "--threads", str(threads),
                                             "--out", str(checkpoint), "--no-progress"])  # fmt: skip
             with contextlib.redirect_stdout(out):
                 if train.run(train_args) != 0:
                     raise RuntimeError(f"per-stream training failed: {out.getvalue()[-500:]}")
                 trained = time.perf_counter()
                 # Export reloads the training data from the checkpoint's data_spec: the slice file must still exist.
-                if export.run(parser.parse_args(["export", str(checkpoint), "--out", str(folder / "model.onnx")])) != 0:
+                export_flags = () if base is None else base.export_flags()
+                export_args = parser.parse_args(["export", str(checkpoint), "--out", str(folder / "model.onnx"), *export_flags])
+                if export.run(export_args) != 0:
                     raise RuntimeError(f"per-stream export failed: {out.getvalue()[-500:]}")
     finally:
         torch.set_num_threads(previous)
