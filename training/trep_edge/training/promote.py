@@ -141,7 +141,7 @@ def promote(
     ``shadow_hours``: score live traffic beside the installed model that long first, subscribing as that daemon.
     """
     from trep_edge.training.export import calibration_stats, parity_check, write_card  # torch: only here, not for a rollback
-    from trep_edge.training.trainer import Trainer, resolve_checkpoint
+    from trep_edge.training.trainer import Trainer, deployed_encoder, resolve_checkpoint
 
     candidate, archive, target = Path(candidate), Path(archive), Path(target)
     _check_keep(keep)
@@ -153,7 +153,8 @@ def promote(
     monitor_config = None if config is None else load_config(config)
     engine = load_engine(candidate, "cpu")
     card = engine.card
-    encoder = Trainer.load(resolve_checkpoint(checkpoint or candidate, card.weights_sha256), device="cpu").inference_encoder()
+    trainer = Trainer.load(resolve_checkpoint(checkpoint or candidate, card.weights_sha256), device="cpu")
+    encoder = deployed_encoder(trainer, card.scaling == "stream")
     newest = latest_timestamp(read_archive(archive, card.channels))
     normal = read_archive(archive, card.channels, since=newest - days * DAY, exclude=read_alert_ranges(archive))
     prepared = [p for p in (prepare(engine, s.values) for s in normal) if len(p) > 1]

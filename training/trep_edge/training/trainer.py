@@ -388,7 +388,7 @@ def resolve_checkpoint(model_or_checkpoint: str | Path, weights_sha256: str | No
         return path
     from trep_edge.runtime.core.engine import load_engine
 
-    from trep_edge.training.export import fold_normalisation, weights_sha256 as sha_of
+    from trep_edge.training.export import weights_sha256 as sha_of
 
     checkpoint = path.with_suffix(".pt")
     if not checkpoint.is_file():
@@ -396,17 +396,25 @@ def resolve_checkpoint(model_or_checkpoint: str | Path, weights_sha256: str | No
                                 "needed for its weights: copy it there or pass the checkpoint itself")  # fmt: skip
     expected = weights_sha256 or load_engine(path, "cpu").card.weights_sha256
     trainer = Trainer.load(checkpoint, device="cpu")
-    encoder = trainer.inference_encoder()
-    candidates = [encoder]
-    if encoder.cfg.input_dims == 1:
-        folded = copy.deepcopy(encoder)
-        norm = trainer.meta["normalisation"]
-        fold_normalisation(folded, float(norm["mean"][0]), float(norm["std"][0]))
-        candidates.append(folded)
-    if expected not in {sha_of(e) for e in candidates}:
+    exports = (False, True) if trainer.inference_encoder().cfg.input_dims == 1 else (False,)
+    if expected not in {sha_of(deployed_encoder(trainer, general)) for general in exports}:
         raise ValueError(f"{checkpoint} does not hold the weights of {path} (weights_sha256 differs): pass the "
                          "checkpoint the model was exported from")  # fmt: skip
     return checkpoint
+
+
+def deployed_encoder(trainer: Trainer, general: bool) -> TRepEncoder:
+    """The encoder an export of ``trainer`` holds: its inference encoder, or for a general model (``export --general``)
+    a copy with the training normalisation folded into the input projection (``export.make_general``)."""
+    encoder = trainer.inference_encoder()
+    if not general:
+        return encoder
+    from trep_edge.training.export import fold_normalisation
+
+    folded = copy.deepcopy(encoder)
+    norm = trainer.meta["normalisation"]
+    fold_normalisation(folded, float(norm["mean"][0]), float(norm["std"][0]))
+    return folded
 
 
 def read_checkpoint(path: str | Path) -> dict:

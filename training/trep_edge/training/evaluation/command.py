@@ -55,8 +55,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    "NAME:key=value;key=value (rows trep:per-stream:NAME; models reused)")
     d.add_argument("--per-stream-init-from", metavar="M.onnx", help="detect: also a trep:fine-tuned row: M.onnx (its "
                    "checkpoint M.pt beside it) fine-tuned per stream on the same probation part")
-    d.add_argument("--per-stream-fine-tune-iterations", type=int, default=200,
-                   help="detect: training steps of each --per-stream-init-from model")
+    d.add_argument("--per-stream-fine-tune-iterations", type=int,
+                   help="detect: training steps of each --per-stream-init-from model (default 200)")
     d.add_argument("--per-stream-cache", default="runs/detect-per-stream", help="detect: per-stream models")
     d.add_argument("--per-stream-threads", type=int, default=1, help="detect: torch threads of per-stream training")
     p.add_argument("--datasets", help="comma-separated: UEA names, ETT sets, UCR anomaly file names, or the missing-data "

@@ -186,7 +186,8 @@ def run(args: argparse.Namespace) -> dict:
         if getattr(args, "per_stream_train", False):
             per_stream["trep:per-stream"] = ps.PerStreamModels(cache, args.per_stream_threads), ps.NOTE
         if getattr(args, "per_stream_init_from", None):
-            iterations = getattr(args, "per_stream_fine_tune_iterations", ps.FINE_TUNE_ITERATIONS)
+            iterations = getattr(args, "per_stream_fine_tune_iterations", None)
+            iterations = ps.FINE_TUNE_ITERATIONS if iterations is None else iterations
             base = ps.FineTune.of(Path(args.per_stream_init_from), iterations)
             per_stream["trep:fine-tuned"] = ps.PerStreamModels(cache, args.per_stream_threads, base), base.note
         extra = DetectorConfig.variants(getattr(args, "per_stream_ablations", None) or [])
