@@ -9,8 +9,8 @@ from trep_edge.cli import main
 from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.paths import data_root
 from trep_edge.runtime.core.engine import load_engine
-from trep_edge.training.trainer import resolve_checkpoint
 from trep_edge.training.general_corpus import CLIP, a103l_series, build_corpus, ett_series, physionet_series
+from trep_edge.training.trainer import resolve_checkpoint
 
 PATIENTS = 8
 

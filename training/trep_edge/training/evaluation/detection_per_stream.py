@@ -95,8 +95,11 @@ class FineTune:
 
         return np.stack([robust_scale(np.asarray(values[:, c], dtype=np.float64)) for c in range(values.shape[1])])[..., None]
 
+    def budget_flags(self) -> tuple[str, ...]:
+        return ("--iterations", str(self.iterations))
+
     def train_flags(self) -> tuple[str, ...]:
-        return ("--init-from", str(self.model), "--iterations", str(self.iterations))
+        return ("--init-from", str(self.model), *self.budget_flags())
 
     def export_flags(self) -> tuple[str, ...]:
         return ("--window", str(self.window)) + ("--general",) * self.stream_scaled
@@ -118,7 +121,7 @@ class PerStreamModels:
 
     def key(self, values: np.ndarray) -> str:
         """Cache key: the slice's values and shape, the flags, the base model's weights and the cache version."""
-        fine_tune = [] if self.base is None else [self.base.sha256, self.base.train_flags()[2:], self.base.export_flags()]
+        fine_tune = [] if self.base is None else [self.base.sha256, self.base.budget_flags(), self.base.export_flags()]
         digest = hashlib.sha256(CACHE_VERSION + json.dumps([TRAIN_FLAGS, self.threads, values.shape, *fine_tune]).encode())
         digest.update(np.ascontiguousarray(values, dtype=np.float32).tobytes())
         return digest.hexdigest()[:24]
