@@ -27,7 +27,9 @@ channels, for both shipped model families (models/icu-vitals.onnx: fixed-channel
 channel-independent, no extra work), each in three modes: ``off``, ``on`` (a level shift in one channel of every
 tenth stream, staggered, so that some ticks raise alerts) and ``every_stream`` (the same data, with every stream of
 every tick explained as if all of them raised an alert at once: the worst case). Writes
-bench/results/explain_throughput.json.
+bench/results/explain_throughput.json. Every such row also gives the time its ticks spent in inference (the engine
+and the windows it reads), so ``--modes off`` alone weighs the engine against the rest of the daemon's tick
+(detector, windows, episodes) in one command.
 """
 from __future__ import annotations
 
@@ -192,7 +194,8 @@ def worker(case: dict) -> dict:
         "peak_rss_mb": peak_rss_mb(),
         "state_bytes_per_stream": state,
         "loadavg_1min_after": os.getloadavg()[0],
-        **{k: case[k] for k in ("model", "explain", "alerts_raised", "explain_ms_per_tick") if engine_name == "monitor"},
+        **{k: case[k] for k in ("model", "explain", "alerts_raised", "explain_ms_per_tick", "engine_ms_per_tick")
+           if engine_name == "monitor"},
     }
 
 
@@ -261,7 +264,7 @@ def _monitor(case: dict) -> tuple[list[float], int, int]:
     for s in range(0, streams, 10):  # a lasting drop of 8 noise stds in one channel (never the first; O2Sat stays ≤ 100)
         values[s, WARM_STEPS + 1 + 3 * (s // 10) :, 1 + s % 6] -= 8 * noise[1 + s % 6]
     monitor = Monitor(engine, WindowConfig(period=3600.0), AlertConfig(explain=case["explain"] != "off"))
-    explain, explaining = monitor._explain, [0.0]
+    explain, explaining, encoding = monitor._explain, [0.0], [0.0]
 
     def timed_explain(batch, rows, lane_of, scores, inputs, positions):
         # every_stream: the production path with every stream of the round in place of those raising or escalating.
@@ -280,7 +283,9 @@ def _monitor(case: dict) -> tuple[list[float], int, int]:
         for k in range(first, last + 1):
             for name, row in zip(names, values[:, k].tolist()):
                 monitor.ingest(Reading(name, 3600.0 * k, dict(zip(channels, row))), 3600.0 * k)
-        raised[0] += sum(a.state == "raised" for a in monitor.tick(3600.0 * last).alerts)
+        result = monitor.tick(3600.0 * last)
+        raised[0] += sum(a.state == "raised" for a in result.alerts)
+        encoding[0] += result.inference_seconds
 
     for k in range(0, WARM_STEPS, 10):
         tick(k, min(k + 9, WARM_STEPS - 1))
@@ -288,12 +293,15 @@ def _monitor(case: dict) -> tuple[list[float], int, int]:
 
     def next_step(k: int) -> None:
         if k == 1:  # _tick_loop's untimed warm-up call (k = 0) is over: count the timed ticks only
-            raised[0], explaining[0] = 0, 0.0
+            raised[0], explaining[0], encoding[0] = 0, 0.0, 0.0
         step = next(calls)
         tick(step, step)
 
     times = _tick_loop(next_step, case["budget"], case["max_ticks"])
     case["alerts_raised"], case["explain_ms_per_tick"] = raised[0], 1000 * explaining[0] / len(times)
+    # The inference share of the same ticks (TickResult.inference_seconds: the engine's calls and the windows it reads
+    # scaled); the rest of each tick is ingest, windows, the detector and alert episodes.
+    case["engine_ms_per_tick"] = 1000 * encoding[0] / len(times)
     return times, streams, engine.card.window * len(VITALS) * 4
 
 
@@ -351,7 +359,13 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="result JSON (default bench/results/throughput.json, or "
                         "explain_throughput.json with --explain)")
     parser.add_argument("--explain", action="store_true", help="measure alert explanations instead (docstring)")
+    parser.add_argument("--modes", default=",".join(EXPLAIN_MODES), help="--explain modes to run, comma-separated "
+                        f"(default {','.join(EXPLAIN_MODES)}; 'off' alone: whole daemon ticks against their inference)")
     args = parser.parse_args()
+    unknown = set(args.modes.split(",")) - set(EXPLAIN_MODES)
+    if unknown:
+        parser.error(f"--modes {args.modes!r}: unknown {', '.join(sorted(unknown))}; "
+                     f"choose from {', '.join(EXPLAIN_MODES)}")
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return
@@ -417,7 +431,7 @@ def explain_cases(args: argparse.Namespace) -> None:
     rows = []
     for streams in sorted({int(s) for s in args.streams.split(",")}):
         for model in EXPLAIN_MODELS:
-            for mode in EXPLAIN_MODES:
+            for mode in args.modes.split(","):
                 case = {"engine": "monitor", "model": model, "explain": mode, "streams": streams,
                         "budget": args.budget, "max_ticks": args.max_ticks}  # fmt: skip
                 row = run_case(case)
@@ -426,7 +440,8 @@ def explain_cases(args: argparse.Namespace) -> None:
                       f"readings/s, {row['alerts_raised']} alerts raised", flush=True)  # fmt: skip
     off = {(r["model"], r["streams"]): r["measured_readings_per_s"] for r in rows if r["explain"] == "off"}
     for r in rows:
-        r["vs_off"] = r["measured_readings_per_s"] / off[r["model"], r["streams"]]
+        r["vs_off"] = r["measured_readings_per_s"] / off[r["model"], r["streams"]] if off else float("nan")
+        r["engine_share"] = r["engine_ms_per_tick"] / r["tick_ms_mean"]
     result = {"command": "flock /tmp/trep-heavy.lock nice -n 5 python bench/throughput.py " + " ".join(sys.argv[1:]),
               "machine": machine(), "rows": rows, "wall_seconds": time.time() - began,
               "loadavg_1_5_15_before": load_before, "loadavg_1_5_15_after": os.getloadavg()}  # fmt: skip
@@ -435,12 +450,13 @@ def explain_cases(args: argparse.Namespace) -> None:
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
     print("| model | streams | explain | readings/s | × off | tick ms mean | tick ms p99 | ticks | alerts raised | "
-          "explain ms/tick |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+          "explain ms/tick | inference ms/tick | inference share |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['model']} | {r['streams']} | {r['explain']} | {r['measured_readings_per_s']:,.1f} | "
               f"{r['vs_off']:.2f} | {r['tick_ms_mean']:,.1f} | {r['tick_ms_p99']:,.1f} | {r['ticks_timed']} | "
-              f"{r['alerts_raised']} | {r['explain_ms_per_tick']:,.1f} |")  # fmt: skip
+              f"{r['alerts_raised']} | {r['explain_ms_per_tick']:,.1f} | {r['engine_ms_per_tick']:,.1f} | "
+              f"{r['engine_share']:.0%} |")  # fmt: skip
 
 
 def markdown_table(rows: list[dict]) -> str:
