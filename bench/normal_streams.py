@@ -8,6 +8,10 @@ detector and any variants given, and prints the alerts after probation (the firs
 stream and variant, side by side.
 
     python bench/normal_streams.py --variants 'previous:peaks=0' --out bench/results/normal_streams.md
+
+``--per-stream-train`` adds one column: the committed detector on a model trained on each stream's own probation
+part, as the detection benchmark's ``trep:per-stream`` row trains it (``detection_per_stream``: the evaluator's
+flags, cached in ``--per-stream-cache``), so the false alarms of the two ways to get a model sit side by side.
 """
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ import numpy as np
 from trep_edge.runtime.core.detector import DetectorConfig
 from trep_edge.runtime.core.engine import load_engine
 from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.training.evaluation.detection_corpus import Stream
+from trep_edge.training.evaluation.detection_per_stream import PerStreamModels
 
 LENGTH, DAY = 8000, 288
 
@@ -49,21 +55,31 @@ def main() -> None:
     parser.add_argument("--model", default="models/general.onnx")
     parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
     parser.add_argument("--out", help="write the table (Markdown) here too")
+    parser.add_argument("--per-stream-train", action="store_true", help="add the committed detector on a model "
+                        "trained on each stream's probation part (module docstring)")
+    parser.add_argument("--per-stream-cache", type=Path, default=Path("runs/detect-per-stream"),
+                        help="per-stream models (default: %(default)s, shared with trep-edge eval detect)")
     args = parser.parse_args()
     try:
         configs = {"committed": DetectorConfig()} | DetectorConfig.variants(args.variants)
     except ValueError as exc:
         parser.error(str(exc))
     engine = load_engine(args.model, "cpu")
+    per_stream = PerStreamModels(args.per_stream_cache) if args.per_stream_train else None
+    columns = list(configs) + ["committed, per-stream model"] * bool(per_stream)
     probation = min(int(0.15 * LENGTH), 750)
     started = time.perf_counter()
-    lines = ["| stream | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
-    totals = dict.fromkeys(configs, 0)
+    lines = ["| stream | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    totals = dict.fromkeys(columns, 0)
     data = streams()
     for name, values in data.items():
+        runs = [(label, engine, config) for label, config in configs.items()]
+        if per_stream is not None:
+            own = per_stream.engine(Stream(name, "normal", ["value"], values, []))
+            runs.append((columns[-1], own, DetectorConfig()))
         cells = []
-        for label, config in configs.items():
-            alerts = np.flatnonzero(detect_recording(engine, values, config).alerts)
+        for label, model, config in runs:
+            alerts = np.flatnonzero(detect_recording(model, values, config).alerts)
             counted = int((alerts >= probation).sum())
             totals[label] += counted
             cells.append(str(counted))
@@ -73,7 +89,7 @@ def main() -> None:
         f"**{n}** ({1000 * n / (len(data) * (LENGTH - probation)):.2f})" for n in totals.values()) + " |")
     table = "\n".join(lines)
     command = "python bench/normal_streams.py" + (" --variants " + " ".join(f"'{v}'" for v in args.variants)
-                                                  if args.variants else "")  # fmt: skip
+                                                  if args.variants else "") + " --per-stream-train" * bool(per_stream)
     text = (f"Command: `{command}`; model `{args.model}`; {LENGTH - probation} counted readings per stream; "
             f"wall time {time.perf_counter() - started:.0f} s.\n\n{table}\n")  # fmt: skip
     print(text)
