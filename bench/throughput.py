@@ -194,7 +194,7 @@ def worker(case: dict) -> dict:
         "peak_rss_mb": peak_rss_mb(),
         "state_bytes_per_stream": state,
         "loadavg_1min_after": os.getloadavg()[0],
-        **{k: case[k] for k in ("model", "explain", "alerts_raised", "explain_ms_per_tick", "engine_ms_per_tick")
+        **{k: case[k] for k in ("model", "explain", "alerts_raised", "explain_ms_per_tick", "inference_ms_per_tick")
            if engine_name == "monitor"},
     }
 
@@ -264,7 +264,7 @@ def _monitor(case: dict) -> tuple[list[float], int, int]:
     for s in range(0, streams, 10):  # a lasting drop of 8 noise stds in one channel (never the first; O2Sat stays ≤ 100)
         values[s, WARM_STEPS + 1 + 3 * (s // 10) :, 1 + s % 6] -= 8 * noise[1 + s % 6]
     monitor = Monitor(engine, WindowConfig(period=3600.0), AlertConfig(explain=case["explain"] != "off"))
-    explain, explaining, encoding = monitor._explain, [0.0], [0.0]
+    explain, explaining, inferring = monitor._explain, [0.0], [0.0]
 
     def timed_explain(batch, rows, lane_of, scores, inputs, positions):
         # every_stream: the production path with every stream of the round in place of those raising or escalating.
@@ -285,7 +285,7 @@ def _monitor(case: dict) -> tuple[list[float], int, int]:
                 monitor.ingest(Reading(name, 3600.0 * k, dict(zip(channels, row))), 3600.0 * k)
         result = monitor.tick(3600.0 * last)
         raised[0] += sum(a.state == "raised" for a in result.alerts)
-        encoding[0] += result.inference_seconds
+        inferring[0] += result.inference_seconds
 
     for k in range(0, WARM_STEPS, 10):
         tick(k, min(k + 9, WARM_STEPS - 1))
@@ -293,7 +293,7 @@ def _monitor(case: dict) -> tuple[list[float], int, int]:
 
     def next_step(k: int) -> None:
         if k == 1:  # _tick_loop's untimed warm-up call (k = 0) is over: count the timed ticks only
-            raised[0], explaining[0], encoding[0] = 0, 0.0, 0.0
+            raised[0], explaining[0], inferring[0] = 0, 0.0, 0.0
         step = next(calls)
         tick(step, step)
 
@@ -301,7 +301,7 @@ def _monitor(case: dict) -> tuple[list[float], int, int]:
     case["alerts_raised"], case["explain_ms_per_tick"] = raised[0], 1000 * explaining[0] / len(times)
     # The inference share of the same ticks (TickResult.inference_seconds: the engine's calls and the windows it reads
     # scaled); the rest of each tick is ingest, windows, the detector and alert episodes.
-    case["engine_ms_per_tick"] = 1000 * encoding[0] / len(times)
+    case["inference_ms_per_tick"] = 1000 * inferring[0] / len(times)
     return times, streams, engine.card.window * len(VITALS) * 4
 
 
@@ -441,7 +441,7 @@ def explain_cases(args: argparse.Namespace) -> None:
     off = {(r["model"], r["streams"]): r["measured_readings_per_s"] for r in rows if r["explain"] == "off"}
     for r in rows:
         r["vs_off"] = r["measured_readings_per_s"] / off[r["model"], r["streams"]] if off else float("nan")
-        r["engine_share"] = r["engine_ms_per_tick"] / r["tick_ms_mean"]
+        r["inference_share"] = r["inference_ms_per_tick"] / r["tick_ms_mean"]
     result = {"command": "flock /tmp/trep-heavy.lock nice -n 5 python bench/throughput.py " + " ".join(sys.argv[1:]),
               "machine": machine(), "rows": rows, "wall_seconds": time.time() - began,
               "loadavg_1_5_15_before": load_before, "loadavg_1_5_15_after": os.getloadavg()}  # fmt: skip
@@ -455,8 +455,8 @@ def explain_cases(args: argparse.Namespace) -> None:
     for r in rows:
         print(f"| {r['model']} | {r['streams']} | {r['explain']} | {r['measured_readings_per_s']:,.1f} | "
               f"{r['vs_off']:.2f} | {r['tick_ms_mean']:,.1f} | {r['tick_ms_p99']:,.1f} | {r['ticks_timed']} | "
-              f"{r['alerts_raised']} | {r['explain_ms_per_tick']:,.1f} | {r['engine_ms_per_tick']:,.1f} | "
-              f"{r['engine_share']:.0%} |")  # fmt: skip
+              f"{r['alerts_raised']} | {r['explain_ms_per_tick']:,.1f} | {r['inference_ms_per_tick']:,.1f} | "
+              f"{r['inference_share']:.0%} |")  # fmt: skip
 
 
 def markdown_table(rows: list[dict]) -> str:
