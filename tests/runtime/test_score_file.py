@@ -11,7 +11,7 @@ import pytest
 
 from trep_edge.runtime.core.detector import DetectorConfig
 from trep_edge.runtime.core.offline import detect_recording
-from trep_edge.runtime.service.replay import RecordedSeries
+from trep_edge.runtime.service.replay import RecordedSeries, load_series
 from trep_edge.runtime.service.score_file import score_recording, write_csv, write_plot
 
 
@@ -98,3 +98,19 @@ def test_score_command_writes_csv_and_png(tmp_path, univariate_model):
     assert "labelled anomaly steps 4186..4198" in done.stdout
     assert (tmp_path / "s.csv").stat().st_size > 100_000 and (tmp_path / "s.png").stat().st_size > 20_000
     assert f"PNG: {tmp_path / 's.png'}" in done.stdout
+
+
+def test_a_labelled_csv_scores_as_the_same_csv_without_its_label_column(tmp_path, univariate_engine, ucr_series):
+    series = _spiked(ucr_series)
+    body = [f"{v:.6g}" for v in series.values[:, 0]]
+    plain, labelled = tmp_path / "plain.csv", tmp_path / "labelled.csv"
+    plain.write_text("value\n" + "\n".join(body) + "\n")
+    labelled.write_text("value,is_anomaly\n" + "\n".join(f"{v},{int(a)}" for v, a in zip(body, series.labels)) + "\n")
+    (without,), (with_labels,) = load_series(plain), load_series(labelled)
+    assert with_labels.channels == without.channels == ["value"]
+    np.testing.assert_array_equal(with_labels.labels, series.labels)
+    a = score_recording(univariate_engine, without, detector=STRICT)
+    b = score_recording(univariate_engine, with_labels, detector=STRICT)
+    np.testing.assert_array_equal(a.score, b.score)
+    np.testing.assert_array_equal(a.alerts, b.alerts)
+    assert a.labels is None and b.labels is not None and b.labels.sum() == 3

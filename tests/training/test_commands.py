@@ -78,3 +78,14 @@ def test_export_prints_only_its_summary(npy_data, tmp_path, capsys):
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # no exporter INFO lines, torchvision notices or internal deprecation warnings
     assert json.loads(done.stdout)["model"].endswith("t.onnx")
+
+
+def test_a_labelled_csv_trains_on_its_readings_only(tmp_path, capsys):
+    # A labelled export (timestamp, value, is_anomaly): the model's channels are the readings, never the answer.
+    rng = np.random.default_rng(1)
+    rows = [f"2024-05-01T00:{k // 60:02d}:{k % 60:02d}Z,{v:.4f},{int(k in (150, 151))}"
+            for k, v in enumerate(np.sin(np.arange(240) / 7) + 0.1 * rng.normal(size=240))]  # fmt: skip
+    data = tmp_path / "labelled.csv"
+    data.write_text("timestamp,value,is_anomaly\n" + "\n".join(rows) + "\n")
+    assert main(["train", str(data), *TINY, "--out", str(tmp_path / "m.pt")]) == 0
+    assert json.loads(capsys.readouterr().out)["channels"] == ["value"]

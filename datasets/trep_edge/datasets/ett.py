@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trep_edge.datasets.cells import parse_matrix
+from trep_edge.datasets.cells import binary_labels, parse_matrix
 from trep_edge.datasets.errors import DataFormatError
 from trep_edge.datasets.table import Table, read_csv_table
 from trep_edge.datasets.timestamps import is_time_column, parse_timestamps
@@ -23,6 +23,7 @@ class Series:
     channels: the C column names, in file order (the timestamp column excluded).
     timestamps: UTC datetime64[ms] [T] when the first column holds timestamps (datasets/trep_edge/datasets/timestamps.py), else None.
     name: the file name without its extension.
+    labels: bool [T] from a column named as in ``LABEL_COLUMNS`` (never a channel), else None.
 
     In the MIMIC-II numerics (icu_vitals/s00001_numerics/*_decoded.csv) an empty cell is missing and a 0 means
     "sensor not connected"; load those with `zero_as_missing` set to the vital-sign channels so both become NaN.
@@ -32,6 +33,12 @@ class Series:
     channels: list[str]
     timestamps: np.ndarray | None
     name: str
+    labels: np.ndarray | None = None
+
+
+LABEL_COLUMNS = ("label", "is_anomaly", "anomaly")
+"""Column names (any case) that hold 0/1 anomaly labels: a labelled export names its answer so, and fed to a model
+as a sensor channel it would make the detector read the answer (``load_csv`` keeps it apart)."""
 
 
 def load_csv(path: str | os.PathLike[str], zero_as_missing: bool | Collection[str] = False) -> Series:
@@ -44,19 +51,31 @@ def load_csv(path: str | os.PathLike[str], zero_as_missing: bool | Collection[st
     """
     table = read_csv_table(path)
     has_time = is_time_column(table.header[0], table.rows[0][0])
-    channels = table.header[1:] if has_time else table.header
+    columns = table.header[1:] if has_time else table.header
     rows = [row[1:] for row in table.rows] if has_time else table.rows
     # Row lengths are checked on the full rows first so a short row is reported as such, not as a bad cell.
     _check_row_lengths(table)
-    values = parse_matrix(
-        rows, columns=channels, source=table.source, line_numbers=table.line_numbers, missing={""}
-    ).astype(np.float32)
+    matrix = parse_matrix(rows, columns=columns, source=table.source, line_numbers=table.line_numbers, missing={""})
+    label_at = [i for i, name in enumerate(columns) if name.lower() in LABEL_COLUMNS]
+    if len(label_at) > 1:
+        raise DataFormatError(table.source, f"several label columns ({', '.join(columns[i] for i in label_at)}): "
+                              "keep one, or rename the others if they are sensor channels", 1)  # fmt: skip
+    labels = None
+    if label_at:
+        labels = binary_labels(matrix[:, label_at[0]], column=columns[label_at[0]], source=table.source,
+                               line_numbers=table.line_numbers)  # fmt: skip
+    keep = [i for i in range(len(columns)) if i not in label_at]
+    if not keep:
+        raise DataFormatError(table.source, f"no sensor channel: column {columns[label_at[0]]!r} holds anomaly "
+                              "labels, not readings", 1)  # fmt: skip
+    channels = [columns[i] for i in keep]
+    values = matrix[:, keep].astype(np.float32)
     timestamps = None
     if has_time:
         cells = [row[0] for row in table.rows]
         timestamps = parse_timestamps(table.header[0], cells, table.source, table.line_numbers)
     _zeros_to_nan(values, channels, zero_as_missing)
-    return Series(values=values, channels=list(channels), timestamps=timestamps, name=Path(path).stem)
+    return Series(values=values, channels=channels, timestamps=timestamps, name=Path(path).stem, labels=labels)
 
 
 def _check_row_lengths(table: Table) -> None:

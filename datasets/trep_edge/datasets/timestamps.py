@@ -18,8 +18,10 @@ CSV_FORMAT = (
     "ISO 8601 date-times (2024-05-01T12:00:00Z, 2024-05-01 12:00:00.5, 2024-05-01T14:00:00+02:00, 2024-05-01; "
     "zone-less times are taken as UTC), or, in a column named time, timestamp, datetime, date, ts or epoch "
     "(optionally with a unit such as timestamp_ms or time[s]), epoch seconds (1714564800) or epoch milliseconds "
-    "(1714564800000; a _ms / [ms] unit in the name forces milliseconds). Every other column is a numeric sensor "
-    "channel; empty cells are missing readings. Other date formats (e.g. 05/01/2024) are refused."
+    "(1714564800000; a _ms / [ms] unit in the name forces milliseconds). A column named label, is_anomaly or "
+    "anomaly holds 0/1 anomaly labels and is never a sensor channel (trep-edge score reports it beside the scores). "
+    "Every other column is a numeric sensor channel; empty cells are missing readings. Other date formats (e.g. "
+    "05/01/2024) are refused."
 )
 
 ACCEPTED = (

@@ -70,7 +70,7 @@ def load_series(
     elif name.endswith(".csv"):
         s = load_csv(path)
         values, names = _pick(s.values, s.channels, channels, path)
-        found = [RecordedSeries(stream or re.sub(r"[^\w.-]", "_", s.name), names, values)]
+        found = [RecordedSeries(stream or re.sub(r"[^\w.-]", "_", s.name), names, values, s.labels)]
     elif name.endswith(".tar.gz"):
         found = []
         for k, patient in enumerate(iter_patients(path, limit=max_series), start=1):
