@@ -55,3 +55,24 @@ def test_a_file_of_labels_only_is_refused(tmp_path):
 
 def test_the_format_help_says_so():
     assert "label, is_anomaly or anomaly" in CSV_FORMAT and "never a sensor channel" in CSV_FORMAT
+
+
+def test_named_channels_are_read_in_their_order_and_a_text_column_is_skipped(tmp_path):
+    text = "timestamp,status,temp,rpm,label\n2024-05-01,OK,20,1000,0\n2024-05-02,FAULT,21,1100,1\n"
+    series = load_csv(write(tmp_path, "t.csv", text), only=["rpm", "temp"])
+    assert series.channels == ["rpm", "temp"]
+    np.testing.assert_array_equal(series.values, [[1000, 20], [1100, 21]])
+    np.testing.assert_array_equal(series.labels, [False, True])
+
+
+def test_a_text_column_without_named_channels_is_refused_saying_how_to_leave_it_out(tmp_path):
+    with pytest.raises(DataFormatError) as e:
+        load_csv(write(tmp_path, "t.csv", "timestamp,status,temp\n2024-05-01,OK,20\n"))
+    assert_names(e, "t.csv", 2, "column 'status' value 'OK' is not a number; if it is not a sensor column, name the "
+                 "sensor columns to read (--channels)")
+
+
+def test_a_named_channel_the_file_lacks_is_refused_listing_the_sensor_columns(tmp_path):
+    with pytest.raises(DataFormatError) as e:
+        load_csv(write(tmp_path, "t.csv", "timestamp,temp,label\n2024-05-01,20,0\n"), only=["temp", "label"])
+    assert_names(e, "t.csv", 1, "column(s) ['label'] not present; the sensor columns are ['temp']")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,13 +41,17 @@ LABEL_COLUMNS = ("label", "is_anomaly", "anomaly")
 as a sensor channel it would make the detector read the answer (``load_csv`` keeps it apart)."""
 
 
-def load_csv(path: str | os.PathLike[str], zero_as_missing: bool | Collection[str] = False) -> Series:
+def load_csv(
+    path: str | os.PathLike[str], zero_as_missing: bool | Collection[str] = False, only: Sequence[str] | None = None
+) -> Series:
     """Load a CSV with a header; a first timestamp column becomes the timestamps, the rest float32 values.
 
     The format (accepted timestamps included) is ``CSV_FORMAT`` in datasets/trep_edge/datasets/timestamps.py.
 
     zero_as_missing: True turns every 0 into NaN; a collection of channel names does it for those channels only
     (e.g. the sensor columns of a file whose first column is a minute counter starting at 0).
+    only: the channels to read, in this order; the other columns are not parsed, so a text column (a status, a
+    unit) does not stop a file whose sensor columns are named.
     """
     table = read_csv_table(path)
     has_time = is_time_column(table.header[0], table.rows[0][0])
@@ -55,21 +59,35 @@ def load_csv(path: str | os.PathLike[str], zero_as_missing: bool | Collection[st
     rows = [row[1:] for row in table.rows] if has_time else table.rows
     # Row lengths are checked on the full rows first so a short row is reported as such, not as a bad cell.
     _check_row_lengths(table)
-    matrix = parse_matrix(rows, columns=columns, source=table.source, line_numbers=table.line_numbers, missing={""})
     label_at = [i for i, name in enumerate(columns) if name.lower() in LABEL_COLUMNS]
     if len(label_at) > 1:
         raise DataFormatError(table.source, f"several label columns ({', '.join(columns[i] for i in label_at)}): "
                               "keep one, or rename the others if they are sensor channels", 1)  # fmt: skip
-    labels = None
-    if label_at:
-        labels = binary_labels(matrix[:, label_at[0]], column=columns[label_at[0]], source=table.source,
-                               line_numbers=table.line_numbers)  # fmt: skip
-    keep = [i for i in range(len(columns)) if i not in label_at]
+    sensors = [name for i, name in enumerate(columns) if i not in label_at]
+    if only is not None:
+        missing = [name for name in only if name not in sensors]
+        if missing:
+            raise DataFormatError(table.source, f"column(s) {missing} not present; the sensor columns are {sensors}", 1)
+    keep = [columns.index(name) for name in (sensors if only is None else only)]
     if not keep:
         raise DataFormatError(table.source, f"no sensor channel: column {columns[label_at[0]]!r} holds anomaly "
                               "labels, not readings", 1)  # fmt: skip
+    read = keep + label_at
+    try:
+        matrix = parse_matrix([[row[i] for i in read] for row in rows], columns=[columns[i] for i in read],
+                              source=table.source, line_numbers=table.line_numbers, missing={""})  # fmt: skip
+    except DataFormatError as e:
+        if only is not None or "is not a number" not in e.problem:
+            raise
+        # A text column (a status, a unit) is common in historian exports: say how to leave it out.
+        raise DataFormatError(table.source, f"{e.problem}; if it is not a sensor column, name the sensor columns "
+                              "to read (--channels)", e.line) from None  # fmt: skip
+    labels = None
+    if label_at:
+        labels = binary_labels(matrix[:, -1], column=columns[label_at[0]], source=table.source,
+                               line_numbers=table.line_numbers)  # fmt: skip
     channels = [columns[i] for i in keep]
-    values = matrix[:, keep].astype(np.float32)
+    values = matrix[:, : len(keep)].astype(np.float32)
     timestamps = None
     if has_time:
         cells = [row[0] for row in table.rows]

@@ -121,8 +121,8 @@ def load_training_data(
         series = [_select(p.values, p.columns, wanted, path)[0] for p in iter_patients(path, limit=max_series)]
         x, names = _pad_stack(series), list(wanted)
     elif name.endswith(".csv"):
-        table = load_csv(path)
-        x, names = _select(table.values[None], table.channels, channels, path)
+        table = load_csv(path, only=channels or None)
+        x, names = table.values[None], table.channels
     elif name.endswith(".ts"):
         x, labels = load_ts(path)
         names = [f"dim{i}" for i in range(x.shape[-1])]

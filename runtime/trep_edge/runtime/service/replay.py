@@ -68,9 +68,8 @@ def load_series(
         s = load_ucr_anomaly(path)
         found = [RecordedSeries(stream or f"ucr{s.id:03d}", ["value"], s.values.reshape(-1, 1), s.labels)]
     elif name.endswith(".csv"):
-        s = load_csv(path)
-        values, names = _pick(s.values, s.channels, channels, path)
-        found = [RecordedSeries(stream or re.sub(r"[^\w.-]", "_", s.name), names, values, s.labels)]
+        s = load_csv(path, only=channels or None)
+        found = [RecordedSeries(stream or re.sub(r"[^\w.-]", "_", s.name), s.channels, s.values, s.labels)]
     elif name.endswith(".tar.gz"):
         found = []
         for k, patient in enumerate(iter_patients(path, limit=max_series), start=1):
