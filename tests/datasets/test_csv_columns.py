@@ -1,8 +1,9 @@
-"""A labelled sensor CSV: a ``label`` / ``is_anomaly`` / ``anomaly`` column is the answer, never a sensor channel.
+"""Which columns of a sensor CSV become channels: a label column never does, and named channels are read alone.
 
-Fed to a model as a channel, the label would make the detector read the answer (a labelled export scored with
-``trep-edge score`` alerted on the label's edge, "top: label") and give ``trep-edge train`` a channel that no live
-feed sends.
+A ``label`` / ``is_anomaly`` / ``anomaly`` column is the answer: fed to a model as a channel it would make the
+detector read it (a labelled export scored with ``trep-edge score`` alerted on the label's edge, "top: label") and
+give ``trep-edge train`` a channel that no live feed sends. ``only`` (the CLIs' ``--channels``) reads the named
+columns alone, so a text column such as a status need not be numeric.
 """
 
 import numpy as np
