@@ -1,5 +1,7 @@
 """Per-stream-trained models of the detection benchmark: only the probation part reaches training, with the
 evaluator's flags and export's defaults; models are cached; partial rows are reported only where they ran."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -112,11 +114,14 @@ def test_a_fine_tuned_model_starts_from_the_base_on_the_slice_prepared_as_the_ba
 
 def test_fine_tuned_models_are_cached_apart_from_scratch_ones_and_per_base(fake_cli, tmp_path):
     stream = _stream(2000)
-    scratch = ps.PerStreamModels(tmp_path, threads=1).path(stream)
-    one = ps.PerStreamModels(tmp_path, threads=1, base=ps.FineTune(tmp_path / "a.onnx", "a" * 64, 128, True)).path(stream)
-    other = ps.PerStreamModels(tmp_path, threads=1, base=ps.FineTune(tmp_path / "b.onnx", "b" * 64, 128, True)).path(stream)
+
+    def model(base: ps.FineTune | None) -> Path:
+        return ps.PerStreamModels(tmp_path, threads=1, base=base).path(stream)
+
+    scratch = model(None)
+    one, other = (model(ps.FineTune(tmp_path / f"{m}.onnx", m * 64, 128, True)) for m in "ab")
     shorter = ps.FineTune(tmp_path / "a.onnx", "a" * 64, 128, True, iterations=50)
-    brief = ps.PerStreamModels(tmp_path, threads=1, base=shorter).path(stream)
+    brief = model(shorter)
     assert len({scratch, one, other, brief}) == 4 and len(fake_cli) == 8
     assert fake_cli[-2][1].iterations == 50 and "50 iterations" in shorter.note
 

@@ -101,7 +101,9 @@ def test_export_general_folds_the_normalisation_and_marks_the_card(shifted_npy, 
     np.testing.assert_allclose(g.encode(raw, mask, t), p.encode(normed.astype(np.float32), mask, t), atol=1e-4)
 
 
-def test_a_general_model_with_its_checkpoint_beside_it_can_be_fine_tuned_and_a_retrained_one_cannot(shifted_npy, capsys):
+def test_a_general_model_with_its_checkpoint_beside_it_can_be_fine_tuned_and_a_retrained_one_cannot(
+    shifted_npy, capsys
+):
     # The general export folds the training normalisation into the weights, so its card's weights_sha256 is not the
     # checkpoint's own: the checkpoint must still be recognised as the one the model was exported from.
     ckpt, model = shifted_npy / "g.pt", shifted_npy / "g.onnx"

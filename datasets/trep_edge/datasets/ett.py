@@ -77,9 +77,10 @@ def load_csv(
         matrix = parse_matrix([[row[i] for i in read] for row in rows], columns=[columns[i] for i in read],
                               source=table.source, line_numbers=table.line_numbers, missing={""})  # fmt: skip
     except DataFormatError as e:
-        if only is not None or "is not a number" not in e.problem:
+        # Row lengths are checked above, so the one refusal left is a cell that is not a number. A text column (a
+        # status, a unit) is common in historian exports: when the columns were not named, say how to leave it out.
+        if only is not None:
             raise
-        # A text column (a status, a unit) is common in historian exports: say how to leave it out.
         raise DataFormatError(table.source, f"{e.problem}; if it is not a sensor column, name the sensor columns "
                               "to read (--channels)", e.line) from None  # fmt: skip
     labels = None

@@ -93,7 +93,8 @@ class FineTune:
             return np.asarray(values, dtype=np.float32)
         from trep_edge.training.general_corpus import robust_scale
 
-        return np.stack([robust_scale(np.asarray(values[:, c], dtype=np.float64)) for c in range(values.shape[1])])[..., None]
+        channels = [robust_scale(np.asarray(values[:, c], dtype=np.float64)) for c in range(values.shape[1])]
+        return np.stack(channels)[..., None]
 
     def budget_flags(self) -> tuple[str, ...]:
         return ("--iterations", str(self.iterations))
@@ -122,7 +123,8 @@ class PerStreamModels:
     def key(self, values: np.ndarray) -> str:
         """Cache key: the slice's values and shape, the flags, the base model's weights and the cache version."""
         fine_tune = [] if self.base is None else [self.base.sha256, self.base.budget_flags(), self.base.export_flags()]
-        digest = hashlib.sha256(CACHE_VERSION + json.dumps([TRAIN_FLAGS, self.threads, values.shape, *fine_tune]).encode())
+        flags = json.dumps([TRAIN_FLAGS, self.threads, values.shape, *fine_tune])
+        digest = hashlib.sha256(CACHE_VERSION + flags.encode())
         digest.update(np.ascontiguousarray(values, dtype=np.float32).tobytes())
         return digest.hexdigest()[:24]
 
@@ -175,7 +177,8 @@ def train_and_export(values: np.ndarray, folder: Path, threads: int = 1, base: F
                 trained = time.perf_counter()
                 # Export reloads the training data from the checkpoint's data_spec: the slice file must still exist.
                 export_flags = () if base is None else base.export_flags()
-                export_args = parser.parse_args(["export", str(checkpoint), "--out", str(folder / "model.onnx"), *export_flags])
+                export_args = parser.parse_args(["export", str(checkpoint), "--out", str(folder / "model.onnx"),
+                                                 *export_flags])  # fmt: skip
                 if export.run(export_args) != 0:
                     raise RuntimeError(f"per-stream export failed: {out.getvalue()[-500:]}")
     finally:
