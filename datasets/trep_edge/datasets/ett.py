@@ -11,7 +11,7 @@ import numpy as np
 
 from trep_edge.datasets.cells import binary_labels, parse_matrix
 from trep_edge.datasets.errors import DataFormatError
-from trep_edge.datasets.table import Table, read_csv_table
+from trep_edge.datasets.table import Table, column_positions, read_csv_table
 from trep_edge.datasets.timestamps import is_time_column, parse_timestamps
 
 
@@ -63,12 +63,9 @@ def load_csv(
     if len(label_at) > 1:
         raise DataFormatError(table.source, f"several label columns ({', '.join(columns[i] for i in label_at)}): "
                               "keep one, or rename the others if they are sensor channels", 1)  # fmt: skip
-    sensors = [name for i, name in enumerate(columns) if i not in label_at]
-    if only is not None:
-        missing = [name for name in only if name not in sensors]
-        if missing:
-            raise DataFormatError(table.source, f"column(s) {missing} not present; the sensor columns are {sensors}", 1)
-    keep = [columns.index(name) for name in (sensors if only is None else only)]
+    sensor_at = [i for i in range(len(columns)) if i not in label_at]
+    sensors = [columns[i] for i in sensor_at]
+    keep = sensor_at if only is None else [sensor_at[i] for i in column_positions(sensors, only, table.source, 1)]
     if not keep:
         raise DataFormatError(table.source, f"no sensor channel: column {columns[label_at[0]]!r} holds anomaly "
                               "labels, not readings", 1)  # fmt: skip

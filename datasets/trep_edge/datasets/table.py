@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,18 @@ class Table:
         except ValueError:
             found = ", ".join(self.header)
             raise DataFormatError(self.source, f"missing column {name!r} (found {found})", 1) from None
+
+
+def column_positions(
+    names: Sequence[str], wanted: Sequence[str], source: str | os.PathLike[str], line: int | None = None
+) -> list[int]:
+    """Positions in ``names`` of the ``wanted`` columns, in the order asked; one that is absent is refused, naming
+    the columns there are (``line``: where the names stand, 1 for a CSV header)."""
+    names = list(names)
+    missing = [w for w in wanted if w not in names]
+    if missing:
+        raise DataFormatError(source, f"column(s) {missing} not present; the sensor columns are {names}", line)
+    return [names.index(w) for w in wanted]
 
 
 def read_csv_table(path: str | os.PathLike[str]) -> Table:

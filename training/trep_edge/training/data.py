@@ -13,6 +13,7 @@ from trep_edge.datasets.paths import resolve
 from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.npy import load_npy
 from trep_edge.datasets.physionet import VITALS, iter_patients
+from trep_edge.datasets.table import column_positions
 from trep_edge.datasets.ts_format import load_ts
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
 from trep_edge.runtime.core.preprocess import Normalisation, difference, fit_normalisation, forward_fill
@@ -62,16 +63,6 @@ def adf_order(x: np.ndarray, max_order: int = 2, p_value: float = 0.05) -> int:
     return max_order
 
 
-def _select(values: np.ndarray, names: list[str], wanted: list[str] | None, source: Path) -> tuple[np.ndarray, list[str]]:
-    if not wanted:
-        return values, names
-    missing = [w for w in wanted if w not in names]
-    if missing:
-        raise ValueError(f"{source}: channel(s) {missing} not present; available: {names}")
-    idx = [names.index(w) for w in wanted]
-    return values[..., idx], list(wanted)
-
-
 def _rows(values: np.ndarray, rows: str | None) -> np.ndarray:
     if not rows:
         return values
@@ -118,7 +109,8 @@ def load_training_data(
         raise ValueError("--exclude-alerts applies to a telemetry archive folder only")
     elif name.endswith(".tar.gz"):
         wanted = channels or VITALS
-        series = [_select(p.values, p.columns, wanted, path)[0] for p in iter_patients(path, limit=max_series)]
+        patients = iter_patients(path, limit=max_series)
+        series = [p.values[..., column_positions(p.columns, wanted, path)] for p in patients]
         x, names = _pad_stack(series), list(wanted)
     elif name.endswith(".csv"):
         table = load_csv(path, only=channels or None)

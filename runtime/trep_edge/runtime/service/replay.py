@@ -30,6 +30,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.physionet import VITALS, iter_patients
+from trep_edge.datasets.table import column_positions
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
 
 from trep_edge.runtime.service.payloads import channel_renames
@@ -73,8 +74,9 @@ def load_series(
     elif name.endswith(".tar.gz"):
         found = []
         for k, patient in enumerate(iter_patients(path, limit=max_series), start=1):
-            values, names = _pick(patient.values, patient.columns, channels or VITALS, path)
-            found.append(RecordedSeries(f"{stream or 'bed'}{k:03d}", names, values, patient.sepsis.copy()))
+            names = channels or VITALS
+            values = patient.values[:, column_positions(patient.columns, names, path)]
+            found.append(RecordedSeries(f"{stream or 'bed'}{k:03d}", list(names), values, patient.sepsis.copy()))
     else:
         raise ValueError(f"{path}: unknown dataset format; replay reads {FORMATS}")
     if max_series is not None:
@@ -82,15 +84,6 @@ def load_series(
     for series in found:
         series.channels = [(rename or {}).get(c, c) for c in series.channels]
     return found
-
-
-def _pick(values: np.ndarray, names: list[str], wanted: list[str] | None, source: Path) -> tuple[np.ndarray, list[str]]:
-    if not wanted:
-        return values, list(names)
-    missing = [w for w in wanted if w not in names]
-    if missing:
-        raise ValueError(f"{source}: column(s) {missing} not present; available: {names}")
-    return values[:, [names.index(w) for w in wanted]], list(wanted)
 
 
 def reading_payload(ts: float, channels: list[str], row: np.ndarray) -> bytes:
