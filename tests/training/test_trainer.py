@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from trep_edge.training.config import TrainConfig
-from trep_edge.training.crops import draw_crops, make_sections, sliding_sections
+from trep_edge.training.crops import draw_crops, make_sections
 from trep_edge.training.device import amp_enabled, select_device
 from trep_edge.training.trainer import Trainer, read_checkpoint
 
@@ -157,59 +157,3 @@ def test_one_section_per_batch_is_warned_about(caplog):
     with caplog.at_level("WARNING"):
         trainer.fit(_data(n=1, length=50), iterations=1, progress=False)
     assert "instance-contrast loss is 0" in caplog.text and "--max-train-length" in caplog.text
-
-
-def test_sliding_sections_are_windows_of_the_series_ending_by_its_last_observed_step():
-    rng = np.random.default_rng(0)
-    x = np.full((3, 100, 1), np.nan, dtype=np.float32)
-    x[0, :, 0] = np.arange(100)
-    x[1, :40, 0] = 1000 + np.arange(40)  # observed for 40 steps only
-    x[2, :10, 0] = 2000 + np.arange(10)  # shorter than a section: starts at 0, padded
-    starts = {0: set(), 1: set(), 2: set()}
-    for _ in range(300):
-        sec = sliding_sections(rng, x, 20, 8)
-        assert sec.x.shape == (8, 20, 1)
-        first = sec.x[:, 0, 0]
-        series = (first // 1000).astype(int)
-        np.testing.assert_array_equal(first % 1000, sec.start)
-        for k in range(8):
-            s, a = series[k], sec.start[k]
-            np.testing.assert_array_equal(sec.x[k, :, 0], x[s, a : a + 20, 0])  # NaN-padded where x is
-            starts[s].add(int(a))
-    assert starts[0] == set(range(81)) and starts[1] == set(range(21)) and starts[2] == {0}
-    np.testing.assert_array_equal(sliding_sections(np.random.default_rng(1), x, 20, 8).start,
-                                  sliding_sections(np.random.default_rng(1), x, 20, 8).start)
-
-
-def test_short_history_trains_on_sliding_sections_and_resumes_exactly(tmp_path, monkeypatch):
-    # One series of 150 steps at sections of 64: three fixed sections for a batch of 4.
-    data = _data(n=1, length=150)
-    seen = []
-    original = Trainer.train_on
-
-    def spy(self, x, start, local=False):
-        seen.append(start.tolist())
-        return original(self, x, start, local)
-
-    monkeypatch.setattr(Trainer, "train_on", spy)
-    cfg = dict(**SMALL, seed=3)
-    full = Trainer(TrainConfig(**cfg), input_dims=2)
-    losses = [r["loss"] for r in full.fit(data, iterations=4, progress=False)]
-    assert all(len(starts) == 4 for starts in seen)  # full batches, not the three fixed sections
-    assert any(a % 64 for starts in seen for a in starts)  # starts off the fixed cuts
-
-    first = Trainer(TrainConfig(**cfg), input_dims=2)
-    first.fit(data, iterations=2, progress=False)
-    first.save(tmp_path / "c.pt")
-    resumed = Trainer.load(tmp_path / "c.pt")
-    resumed.total_steps = 4
-    assert [r["loss"] for r in resumed.fit(data, progress=False)] == losses[2:]
-
-
-def test_data_that_fills_a_batch_keeps_the_fixed_sections(monkeypatch):
-    seen = []
-    original = Trainer.train_on
-    monkeypatch.setattr(Trainer, "train_on", lambda self, x, start, local=False: seen.append(start.tolist())
-                        or original(self, x, start, local))  # fmt: skip
-    Trainer(TrainConfig(**SMALL), input_dims=2).fit(_data(n=10, length=150), iterations=3, progress=False)
-    assert all(a % 64 == 0 for starts in seen for a in starts)

@@ -37,30 +37,6 @@ def make_sections(x: np.ndarray, max_len: int) -> Sections:
     return Sections(np.ascontiguousarray(pieces[keep], dtype=np.float32), starts[keep])
 
 
-def sliding_sections(rng: np.random.Generator, x: np.ndarray, max_len: int, batch: int) -> Sections:
-    """``batch`` sections of ``max_len`` steps at random starts of ``[N, T, C]`` series (NaN-padded where shorter).
-
-    For data too short to fill a batch with ``make_sections``' fixed cuts: a 750-reading history at ``max_len`` 201
-    is four sections, so every batch held the same four pieces at the same offsets. Starts are drawn uniformly over
-    every window that ends by a series' last observed step, so each possible section is equally likely.
-    """
-    if x.ndim != 3:
-        raise ValueError(f"training data must be [series, time, channels], got shape {x.shape}")
-    observed = ~np.isnan(x).all(axis=2)  # [N, T]
-    if not observed.any():
-        raise ValueError("training data holds no observed value (every step is NaN)")
-    ends = np.where(observed.any(axis=1), x.shape[1] - np.argmax(observed[:, ::-1], axis=1), 0)
-    starts_per_series = np.maximum(ends - max_len, 0) + (ends > 0)  # the number of valid starts
-    pick = rng.choice(np.sum(starts_per_series), size=batch)
-    series = np.searchsorted(np.cumsum(starts_per_series), pick, side="right")
-    start = pick - (np.cumsum(starts_per_series) - starts_per_series)[series]
-    steps = start[:, None] + np.arange(max_len)[None, :]
-    inside = steps < x.shape[1]
-    out = np.full((batch, max_len, x.shape[2]), np.nan, dtype=np.float32)
-    out[inside] = x[np.broadcast_to(series[:, None], steps.shape)[inside], steps[inside]]
-    return Sections(out, start.astype(np.int64))
-
-
 @dataclass
 class CropPair:
     """Two overlapping views of a batch: absolute positions of each view's steps and the overlap length.

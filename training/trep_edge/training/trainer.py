@@ -20,8 +20,7 @@ from trep_edge.runtime.service.atomic_file import write_atomically
 from trep_edge.runtime.core.time_index import parse_time_index, time_index
 
 from trep_edge.training.config import TrainConfig
-from trep_edge.training.crops import (Sections, draw_crops, gather, make_sections, random_keep_mask,
-                                     sliding_sections)
+from trep_edge.training.crops import Sections, draw_crops, gather, make_sections, random_keep_mask
 from trep_edge.training.device import amp_enabled, autocast, select_device
 from trep_edge.training.encoder import EncoderConfig, TRepEncoder
 from trep_edge.training.heads import PretextHeads
@@ -180,11 +179,6 @@ class Trainer:
         rows = self._next_rows(len(sections.x))
         return self.train_on(sections.x[rows], sections.start[rows])
 
-    def _train_sliding(self, data: np.ndarray) -> dict[str, float]:
-        """One optimiser step on a batch of sections at random starts of ``data [N, T, C]`` (``sliding_sections``)."""
-        batch = sliding_sections(self.rng, data, self.cfg.max_train_length, self.cfg.batch_size * self.shards)
-        return self.train_on(batch.x, batch.start)
-
     def _shards_of(self, batch: int, local: bool) -> list[tuple[int, slice]]:
         """(shard id, rows) of the batch this process computes (module docstring of ``Trainer``)."""
         if self.shards == 1 or local:
@@ -262,12 +256,6 @@ class Trainer:
                         sections.x.shape[1], max(2, sections.x.shape[1] // 8))  # fmt: skip
         if self.total_steps is None:
             self.total_steps = iterations if iterations is not None else default_iterations(self.cfg, sections)
-        data = np.asarray(data, dtype=np.float32)
-        if len(sections.x) < self.cfg.batch_size and data.shape[1] > self.cfg.max_train_length:
-            # Fewer fixed sections than a batch (a short history of one stream): every batch would repeat them at
-            # the same offsets, so each batch draws its sections at random starts instead (docs/detection.md,
-            # "The sliding-sections round").
-            return self._loop(lambda: self._train_sliding(data), checkpoint, progress)
         return self._loop(lambda: self.train_step(sections), checkpoint, progress)
 
     def fit_stream(
