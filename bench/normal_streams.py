@@ -1,7 +1,8 @@
 """False alarms on fault-free streams of shapes real feeds have: every alert here is a false alarm.
 
 The detection benchmark's carriers are smooth industrial and vital-sign signals; real feeds also have recurring sharp
-edges (a daily reset, heart beats), counts and bursts, heavy tails and sparse events. This script generates one
+edges (a daily reset, heart beats), counts and bursts, heavy tails and sparse events, and plant and IT operation
+has working weeks, trends, setpoint steps and idle starts. This script generates one
 fault-free stream of each such shape (fixed seed, 8,000 readings, a 288-reading "day" as five-minute data has),
 scores it with `trep-edge score`'s code (`offline.detect_recording`, `models/general.onnx`) under the committed
 detector and any variants given, and prints the alerts after probation (the first 15 %, at most 750 readings) per
@@ -46,6 +47,15 @@ def streams(seed: int = 7) -> dict[str, np.ndarray]:
         "heavy tails (Student t, 2 dof)": rng.standard_t(2, LENGTH),
         "sparse events, zero otherwise": np.where(rng.random(LENGTH) < 0.03, rng.exponential(5, LENGTH), 0.0),
         "daily sawtooth (sharp reset)": (t % DAY) / DAY * 10 + 0.2 * rng.normal(size=LENGTH),
+        # Shapes of plant and IT operation (added after the ten above, so their draws are unchanged): a working week,
+        # a steady trend, bursts on an idle line, an operator's setpoint steps, a machine idle before its first shift.
+        "weekdays and weekends": 100 * np.where(t // DAY % 7 < 5, 1.0, 0.3) * (1 + 0.3 * daily)
+        + rng.normal(0, 3, LENGTH),
+        "linear trend": 0.01 * t + rng.normal(0, 1, LENGTH),
+        "rare large bursts, zero otherwise": np.where(rng.random(LENGTH) < 0.01, rng.exponential(100, LENGTH), 0.0),
+        "setpoint steps every 500": np.repeat(rng.normal(50, 10, LENGTH // 500 + 1), 500)[:LENGTH]
+        + rng.normal(0, 0.2, LENGTH),
+        "idle, then a daily cycle": np.where(t < 900, 5.0, 5 + 2 * daily + rng.normal(0, 0.3, LENGTH)),
     }
     return {name: values[:, None].astype(np.float64) for name, values in shapes.items()}
 
