@@ -3,7 +3,7 @@
 `bench/throughput.py` times the engines (the model call); the detector runs after it on every scored reading, one
 vectorised call per tick for all streams. This script times that call the way the daemon makes it: S streams of
 one lane each, one reading per stream per tick, the general model's representation size, inputs drawn like the
-real signals (log-normal distances, Gaussian representations, half-normal deviations, with rare large values so
+real signals (log-normal distances, Gaussian representations, half-normal deviation levels and steps, with rare large values so
 that the alert path and the memory writes it now makes are exercised). Every variant sees the same inputs.
 
     python bench/detector_throughput.py --variants 'previous:memory_alerts=0' --out bench/results/detector_throughput.md
@@ -22,11 +22,12 @@ DIMS = 64  # models/general.onnx's representation size
 
 
 def inputs(streams: int, ticks: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per tick and stream: distance ``[T, S]``, representation ``[T, S, DIMS]`` and deviation ``[T, S]``."""
+    """Per tick and stream: distance ``[T, S]``, representation ``[T, S, DIMS]`` and deviation parts
+    ``[T, S, 2, 1]`` (``window_deviation``: level and step of one channel)."""
     rng = np.random.default_rng(seed)
     distance = rng.lognormal(0.0, 0.5, (ticks, streams))
     z = rng.normal(size=(ticks, streams, DIMS)).astype(np.float32)
-    deviation = np.abs(rng.normal(size=(ticks, streams)))
+    deviation = np.abs(rng.normal(size=(ticks, streams, 2, 1)))
     rare = rng.random((ticks, streams)) < 0.002
     distance[rare] *= 30.0
     deviation[rare] += 25.0

@@ -1,6 +1,7 @@
 """The streaming detector: surprise, novelty memory, signal statistics, alert gate, lanes, and its state."""
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,10 +14,14 @@ from trep_edge.runtime.core.detector import (
     DetectorConfig,
     RepresentationMemory,
     SignalStats,
+    StepRecord,
     combine_surprise,
+    fold_step,
     student_upper_tail_surprise,
     upper_tail_surprise,
+    window_deviation,
 )
+from trep_edge.runtime.core.engine import load_engine
 from trep_edge.runtime.core.monitor import Monitor
 from trep_edge.runtime.core.offline import detect_recording
 from trep_edge.runtime.core.reading import Reading
@@ -371,36 +376,122 @@ def test_combine_is_validated_and_overridable():
         DetectorConfig.variants(["threshold=5"])
 
 
-def _run_detector(detector, distances, z):
+# deviation: the level, the step and the step record
+
+
+def _cycle(n, jump_at=None, jump=0.0, seed=0):
+    """A sine of amplitude 10 with noise 2, 32 readings a cycle, and a jump of ``jump`` from ``jump_at`` on."""
+    t = np.arange(n)
+    x = 40 + 10 * np.sin(2 * np.pi * t / 32) + np.random.default_rng(seed).normal(0, 2, n)
+    if jump_at is not None:
+        x[jump_at:] += jump
+    return x
+
+
+def test_a_jump_inside_a_cycles_range_is_small_by_level_and_large_by_step():
+    trough = 24 + 32 * 4  # the cycle's lowest point, with a full 128-reading window ending there
+    x = _cycle(trough + 1, jump_at=trough, jump=25.0)
+    level, step = window_deviation(x[-128:, None][None])[0, :, 0]
+    assert level < 3  # inside the range of the window: the cycle's spread hides it
+    assert step > 5 > 2 * level  # 25 against changes of about 3 from reading to reading
+    plain = window_deviation(_cycle(trough + 1)[-128:, None][None])[0, :, 0]
+    assert plain[1] < 3
+
+
+def test_a_quantised_window_does_not_turn_a_digit_flip_into_a_huge_step():
+    x = np.round(np.random.default_rng(1).normal(100, 3, 128))
+    x[:120] = 100.0  # a near-flat window: its changes are mostly 0
+    x[60:64] = 101.0
+    x[-1] = 101.0
+    level, step = window_deviation(x[:, None][None])[0, :, 0]
+    assert step <= 1 / 0.1 * 1.01  # the changes' scale is floored at a tenth of the level scale
+    gap = window_deviation(np.r_[x[:-2], np.nan, x[-1]][:, None][None])[0, :, 0]
+    assert np.isfinite(gap[0]) and np.isnan(gap[1])  # no previous value: no step
+    young = window_deviation(np.r_[np.full(118, np.nan), x[-10:]][:, None][None])
+    assert np.isnan(young).all()  # a stream's first readings: too few earlier values for either
+
+
+def test_fold_step_counts_a_step_only_at_its_bar():
+    parts = np.array([[[2.0, 2.0, 9.0], [8.0, 8.0, np.nan]]])  # [1, 2, C]: levels, steps
+    got = fold_step(parts, np.array([[8.0, np.inf, 1.0]]))
+    np.testing.assert_allclose(got, [[4.0, 2.0, 9.0]])  # √(2·8); no bar reached; no step
+
+
+def test_a_recurring_step_stops_counting_and_a_record_one_counts_until_the_span_forgets_it():
+    record = StepRecord(channels=1, span=16, ratio=1.5, n_streams=1)
+    lane = rows(0)
+
+    def fold(level, step):
+        return record.fold(lane, np.array([[[level], [step]]]))[0, 0]
+
+    assert fold(1.0, 9.0) == 1.0  # a lane's first step has nothing to beat
+    for _ in range(15):
+        fold(1.0, 1.0)
+    assert fold(1.0, 9.0) == 1.0  # 9 is no record: the first reading is still within the span
+    assert fold(1.0, 1.0) == 1.0
+    for _ in range(16):
+        got = fold(1.0, 1.0)
+    assert fold(1.0, 9.0) == 3.0  # the span forgot the earlier 9s: √(1·9)
+    assert fold(1.0, 9.0) == 1.0  # and the next one recurs
+
+
+def test_the_general_model_finds_a_jump_inside_a_daily_cycles_range_by_its_step_alone():
+    # Five-minute readings of a daily cycle (amplitude 10, noise 2) and a +25 shift for 100 readings from a trough:
+    # the level of the jump stays inside the window's range, so only its step gives it away.
+    day, n = 288, 3950
+    rng = np.random.default_rng(1)
+    x = 40 + 10 * np.sin(2 * np.pi * np.arange(n) / day) + rng.normal(0, 2, n)
+    at = int(day * 10.75)
+    x[at : at + 100] += 25
+    engine = load_engine(Path(__file__).resolve().parents[2] / "models" / "general.onnx", "cpu")
+    alerts = np.flatnonzero(detect_recording(engine, x[:, None]).alerts)
+    assert len(alerts) == 1 and at <= alerts[0] < at + 100
+    assert not detect_recording(engine, x[:, None], DetectorConfig(step_record=0)).alerts.any()
+
+
+def test_a_state_saved_before_the_step_record_loads_with_a_fresh_one():
+    detector = Detector(DetectorConfig(), dims=2)
+    detector.add(streams=1, lanes=2)
+    state = {k: v for k, v in detector.state_dict().items() if not k.startswith("steps/")}
+    restored = Detector(DetectorConfig(), dims=2)
+    restored.load_state(state)
+    assert restored.steps.n_streams == 2 and (restored.steps.seen_ == 0).all()
+
+
+def _run_detector(detector, distances, z, deviation):
     out = []
-    for d, zz in zip(distances, z):
-        step = detector.step(rows(0, 1), rows(0, 1, 2), rows(0, 0, 1), d, zz)
-        out.append((step.score, step.alert, step.warming, step.lane))
+    for d, zz, dev in zip(distances, z, deviation):
+        step = detector.step(rows(0, 1), rows(0, 1, 2), rows(0, 0, 1), d, zz, dev)
+        out.append((step.score, step.alert, step.warming, step.lane, step.deviation))
     return out
 
 
 @pytest.mark.parametrize("round_trip", [npz_round_trip, json_round_trip])
 def test_detector_state_round_trip_mid_stream_equals_an_uninterrupted_run(round_trip):
     config = DetectorConfig(memory=5, stride=2, exclusion=3, horizon=12, short=3, min_count=4, threshold=1.5,
-                            refractory=3, protect=2, prior_weight=10)  # fmt: skip
-    prior = {"signals": ["distance", "novelty"], "mean": [0.3, -0.5], "var": [0.2, 0.4], "n": 500}
+                            refractory=3, protect=2, prior_weight=10, step_span=16)  # fmt: skip
+    prior = {"signals": ["distance", "novelty", "deviation"], "mean": [0.3, -0.5, 1.0], "var": [0.2, 0.4, 0.5],
+             "n": 500}  # fmt: skip
     rng = np.random.default_rng(2)
     distances = rng.lognormal(size=(80, 3)) * np.where(rng.random((80, 3)) < 0.05, 30, 1)
     distances[rng.random((80, 3)) < 0.05] = np.nan
     z = rng.normal(size=(80, 3, 4))
+    deviation = rng.lognormal(size=(80, 3, 2, 2)) * np.where(rng.random((80, 3, 1, 1)) < 0.1, 10, 1)
 
     def fresh():
-        detector = Detector(config, dims=4, card_prior=prior)
+        detector = Detector(config, dims=4, card_prior=prior, channels=2)
         detector.add(streams=2, lanes=3)
         return detector
 
     reference, interrupted = fresh(), fresh()
-    expected = _run_detector(reference, distances, z)
-    got = _run_detector(interrupted, distances[:40], z[:40])
-    restored = Detector(config, dims=4, card_prior=prior)
+    expected = _run_detector(reference, distances, z, deviation)
+    got = _run_detector(interrupted, distances[:40], z[:40], deviation[:40])
+    restored = Detector(config, dims=4, card_prior=prior, channels=2)
     restored.load_state(round_trip(interrupted.state_dict()))
-    got += _run_detector(restored, distances[40:], z[40:])
-    assert any(a.any() for _, a, _, _ in expected[40:])  # alerts, refractory and protection are exercised
+    got += _run_detector(restored, distances[40:], z[40:], deviation[40:])
+    assert any(a.any() for _, a, _, _, _ in expected[40:])  # alerts, refractory and protection are exercised
+    # Steps count after the restore, so the record is exercised across it.
+    assert any((dev > deviation[40 + t, :, 0]).any() for t, (*_, dev) in enumerate(expected[40:]))
     np.testing.assert_equal(got, expected)
 
 
@@ -412,8 +503,8 @@ def test_a_model_hand_over_keeps_gate_and_deviation_and_relearns_model_signals_a
     old.add(streams=2, lanes=3)
     for _ in range(30):
         old.step(rows(0, 1), rows(0, 1, 2), rows(0, 0, 1), rng.lognormal(size=3), rng.normal(size=(3, 4)),
-                 rng.lognormal(size=3))  # fmt: skip
-    gate, stats = old.gate.state_dict(), old.stats.state_dict()
+                 rng.lognormal(size=(3, 2, 1)))  # fmt: skip
+    gate, stats, steps = old.gate.state_dict(), old.stats.state_dict(), old.steps.state_dict()
     assert (gate["scored_"] == 28).all() and np.isfinite(gate["record_"]).all()  # the first 2 have no variance
     # The new model (8 dims) scored lanes 0 and 2's 24 newest readings; lane 1 was not relearnt.
     distance = rng.lognormal(size=(2, 24))
@@ -424,6 +515,8 @@ def test_a_model_hand_over_keeps_gate_and_deviation_and_relearns_model_signals_a
     new.relearn(rows(0, 2), distance, z)
     for name in ("record_", "scored_", "since_", "hot_", "alerted_"):  # the alert gate carries over
         np.testing.assert_equal(getattr(new.gate, name), gate[name])
+    for name in ("peak_", "seen_"):  # and so does the step record
+        np.testing.assert_equal(getattr(new.steps, name), steps[name])
     np.testing.assert_equal(new.stats.pos_, stats["pos_"])
     for name in ("count_", "mean_", "var_", "recent_"):  # the stream's own signal and lanes 1, 2: kept as they were
         np.testing.assert_equal(getattr(new.stats, name)[:, config.signals.index("deviation")],

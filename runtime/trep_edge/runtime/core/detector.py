@@ -12,7 +12,9 @@ own history, on a scale that means the same for every stream and every model:
    (``RepresentationMemory``: how new the recent pattern is — a flat stretch where a cycle should be, a changed
    period, a new level). Both are ≥ 0 and heavy-tailed, so they are judged in log space. ``deviation`` is the
    reading's distance from the rest of its window in robust scales (``window_deviation``), the plain-value view
-   that catches the faults an imperfect model smooths over.
+   that catches the faults an imperfect model smooths over; where the reading's change from the previous one is a
+   record of its channel's recent changes (``StepRecord``), that step counts too, so a jump that stays inside the
+   range of a periodic window is not lost in the cycle's spread.
 2. **Surprise** (``SignalStats``): each signal's long-run mean and variance per stream (expanding, then exponential
    with memory ``horizon``), and the tail probability of the reading's value — and of the mean of the last
    ``short`` values, for anomalies that last — under a Student-t tail (``tail_dof`` degrees of freedom) of that
@@ -73,6 +75,14 @@ LOG_FLOOR = {"distance": 1e-6, "novelty": 1e-2}
 
 DEVIATION_MIN_VALUES = 16
 """Earlier values a window needs before its last step's deviation from them is judged."""
+
+STEP_FLOOR = 0.1
+"""The least scale of a window's changes, as a fraction of its level scale (``window_deviation``): the changes of a
+quantised or near-flat window are mostly 0, and without a floor every flip of its last digit was a huge step."""
+
+STEP_BLOCKS = 8
+"""Blocks a ``StepRecord`` keeps of a lane's recent steps: the record spans the last ``step_span`` readings to within
+one block (an eighth)."""
 
 
 def transform_signals(values: np.ndarray, signals: tuple[str, ...]) -> np.ndarray:
@@ -137,6 +147,12 @@ class DetectorConfig:
             0 for the Gaussian. The signals are heavy-tailed (a stream's ordinary outliers sit 5–10 of its standard
             deviations out), and a Gaussian tail made them p = 1e-8 to 1e-20 events, which the record and run peaks
             then had to absorb; with 8 a value 10 standard deviations out is p ≈ 4e-6 (docs/detection.md).
+        step_record: how many times the largest step of the channel's last ``step_span`` readings a reading's step
+            (its change from the previous reading, ``window_deviation``) must be to count in ``deviation`` (``fold_step``);
+            0 = the level alone. A jump inside the range of a periodic window is small by its level; a step that
+            recurs (every heart beat's upstroke) is never a record, so it does not make the signal noisier
+            (docs/detection.md, the step round).
+        step_span: readings over which a channel's largest step is remembered (``StepRecord``).
     """
 
     signals: tuple[str, ...] = SIGNALS
@@ -162,6 +178,8 @@ class DetectorConfig:
     min_warmup: int = 30
     tail_dof: int = 8
     memory_alerts: bool = True
+    step_record: float = 1.5
+    step_span: int = 1000
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
@@ -186,6 +204,10 @@ class DetectorConfig:
             raise ValueError(f"detector record_cap must be > 0 (inf for none), got {self.record_cap}")
         if not math.isfinite(self.threshold) or self.threshold <= 0:
             raise ValueError(f"detector threshold must be a positive surprise (-log10 p), got {self.threshold}")
+        if not (self.step_record == 0 or 1 <= self.step_record < math.inf):
+            raise ValueError(f"detector step_record must be >= 1 (0 = the level alone), got {self.step_record}")
+        if self.step_span < STEP_BLOCKS:
+            raise ValueError(f"detector step_span must be >= {STEP_BLOCKS} readings, got {self.step_span}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (checkpoints, model cards, benchmark rows)."""
@@ -238,23 +260,45 @@ class DetectorConfig:
 
 
 def window_deviation(windows: np.ndarray) -> np.ndarray:
-    """How far each window's last step lies from the rest of its window ``[n, W, C]``, in robust scales (``[n]``).
+    """How far each window's last step lies from the rest of its window ``[n, W, C]``, per channel: ``[n, 2, C]``.
 
-    The largest channel's ``|x_last − median| / scale`` (``preprocess.robust_location_scale`` of the earlier steps);
-    NaN for a window without a last value or with fewer than ``DEVIATION_MIN_VALUES`` earlier values (all ``W − 1``
-    of them when the window is shorter). Invariant to the stream's scaling, so it is the same before and after
-    ``preprocess.scale_windows``.
+    Row 0 is the *level*, ``|x_last − median| / scale`` of the earlier steps (``preprocess.robust_location_scale``);
+    row 1 the *step*, ``|Δ_last − median Δ| / max(scale Δ, STEP_FLOOR · scale)``, the last change against the window's
+    earlier changes. The level misses a jump that stays inside the range a periodic window spans (its scale is the
+    cycle's, not the noise's); the step sees it, and the detector lets it into ``deviation`` where it is a record
+    (``StepRecord``). NaN for a window without a last value or with fewer than ``DEVIATION_MIN_VALUES`` earlier
+    values (all ``W − 1`` of them when the window is shorter), and a step also without the previous value. Invariant
+    to the stream's scaling, so it is the same before and after ``preprocess.scale_windows``.
     """
     n, w, c = windows.shape
-    earlier = np.asarray(windows[:, :-1], dtype=np.float64).transpose(0, 2, 1).reshape(n * c, w - 1)
+    x = np.asarray(windows, dtype=np.float64).transpose(0, 2, 1).reshape(n * c, w)
+    earlier = x[:, :-1]
     loc, scale = robust_location_scale(earlier)
-    last = np.asarray(windows[:, -1], dtype=np.float64).reshape(n * c)
     # A scale read off a handful of values (a stream's first readings, a window that is mostly gap) is noise and
     # made every new stream's first readings look like faults: too few earlier values give no deviation.
     enough = np.isfinite(earlier).sum(axis=1) >= min(DEVIATION_MIN_VALUES, w - 1)
-    dev = np.where(enough, np.abs(last - loc) / scale, np.nan).reshape(n, c)
-    seen = np.isfinite(dev)
-    return np.where(seen.any(axis=1), np.where(seen, dev, -np.inf).max(axis=1), np.nan)
+    level = np.where(enough, np.abs(x[:, -1] - loc) / scale, np.nan)
+    change = np.diff(x, axis=1)
+    change_loc, change_scale = robust_location_scale(change[:, :-1])
+    step = np.where(enough, np.abs(change[:, -1] - change_loc) / np.maximum(change_scale, STEP_FLOOR * scale), np.nan)
+    return np.stack([level.reshape(n, c), step.reshape(n, c)], axis=1)
+
+
+def fold_step(parts: np.ndarray, bar: np.ndarray) -> np.ndarray:
+    """Each channel's ``deviation`` ``[n, C]`` from ``window_deviation`` parts ``[n, 2, C]`` and the bar its step must
+    reach to count ``[n, C]`` (``inf``: none counts): the level, or where the step reaches the bar, the larger of the
+    level and the geometric mean of level and step (a jump far out in both counts most; a step alone, inside the
+    window's range, still counts as the root of the two, so a recurring sharp edge of normal size stays small)."""
+    level, step = parts[:, 0], parts[:, 1]
+    with np.errstate(invalid="ignore"):
+        counts = step >= bar
+        return np.where(counts, np.fmax(level, np.sqrt(level * step)), level)
+
+
+def largest_channel(values: np.ndarray) -> np.ndarray:
+    """Each row's largest finite value of ``[n, C]``, NaN when it has none (a lane's deviation is its worst channel)."""
+    seen = np.isfinite(values)
+    return np.where(seen.any(axis=1), np.where(seen, values, -np.inf).max(axis=1), np.nan)
 
 
 def upper_tail_surprise(z: np.ndarray) -> np.ndarray:
@@ -417,6 +461,50 @@ class RepresentationMemory(StreamState):
         self.ring_[rows, self.written_[rows] % self.memory] = z[due].astype(np.float16)
         self.written_[rows] += 1
         self.phase_[idx] += 1
+
+
+class StepRecord(StreamState):
+    """The largest recent step of each lane's channels, and the bar a reading's step must reach to count in
+    ``deviation`` (``DetectorConfig.step_record``).
+
+    The last ``span`` readings are kept as ``STEP_BLOCKS`` blocks of ``ceil(span / STEP_BLOCKS)`` readings, each
+    holding its largest step, so the record covers the last ``span − block`` to ``span`` readings at a cost of
+    ``C × STEP_BLOCKS`` numbers per lane. A lane's first step has no record to beat and does not count.
+    State: ``peak_`` ``[S, C, STEP_BLOCKS]`` (−inf = none), ``seen_`` ``[S]`` (readings recorded).
+    """
+
+    def __init__(self, channels: int = 1, span: int = 1000, ratio: float = 1.5, n_streams: int = 0) -> None:
+        self.channels, self.span, self.ratio = int(channels), int(span), float(ratio)
+        self.block = -(-self.span // STEP_BLOCKS)
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {"peak_": np.full((n, self.channels, STEP_BLOCKS), -np.inf), "seen_": np.zeros(n, dtype=np.int64)}
+
+    def _config(self) -> dict[str, Any]:
+        return {"channels": self.channels, "span": self.span, "ratio": self.ratio}
+
+    def fold(self, idx: np.ndarray, parts: np.ndarray) -> np.ndarray:
+        """Each selected lane's channels' ``deviation`` ``[n, C]`` from its ``window_deviation`` parts ``[n, 2, C]``
+        (``fold_step`` against this record), then record their steps."""
+        if parts.shape[1:] != (2, self.channels):
+            raise ValueError(f"deviation parts have shape {parts.shape}, expected [n, 2, {self.channels}]")
+        record = self.peak_[idx].max(axis=2)
+        bar = np.full(record.shape, np.inf)
+        if self.ratio > 0:
+            has = np.isfinite(record)
+            bar[has] = self.ratio * record[has]
+        out = fold_step(parts, bar)
+        seen = self.seen_[idx]
+        slot = (seen // self.block) % STEP_BLOCKS
+        rows = np.arange(len(idx))
+        peak = self.peak_[idx]
+        # A block's first reading starts it afresh: what it held is now older than the span.
+        peak[rows[seen % self.block == 0], :, slot[seen % self.block == 0]] = -np.inf
+        peak[rows, :, slot] = np.fmax(peak[rows, :, slot], parts[:, 1])
+        self.peak_[idx] = peak
+        self.seen_[idx] = seen + 1
+        return out
 
 
 class SignalStats(StreamState):
@@ -593,6 +681,7 @@ class DetectorStep:
     lane: np.ndarray  # [n] the lane row (channel) with the largest surprise, -1 when none
     lane_score: np.ndarray  # [m] each lane's own surprise (signals combined; NaN = none), before the correction
     signals: np.ndarray  # [m, K] each lane's log-signals (NaN = none)
+    deviation: np.ndarray  # [m, C] each lane's channels' deviation, steps folded in (NaN = none; explanations)
 
 
 class Detector:
@@ -603,11 +692,16 @@ class Detector:
     removes and resets lanes and streams together.
     """
 
-    def __init__(self, config: DetectorConfig, dims: int, card_prior: Mapping[str, Any] | None = None) -> None:
-        self.config, self.dims = config, int(dims)
+    def __init__(
+        self, config: DetectorConfig, dims: int, card_prior: Mapping[str, Any] | None = None, channels: int = 1
+    ) -> None:
+        """``dims``: representation size; ``channels``: channels of a lane's window (1 when scored channel by
+        channel)."""
+        self.config, self.dims, self.channels = config, int(dims), int(channels)
         c = config
         prior = SignalPrior.from_card(card_prior, c.signals, c.prior_weight) if card_prior else None
         self.memory = RepresentationMemory(dims, c.memory, c.stride, c.exclusion)
+        self.steps = StepRecord(channels, c.step_span, c.step_record)
         self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior, c.tail_dof)
         # A prior stands for that many readings of the stream's own warm-up, never for its first min_warmup.
         warmup = c.min_count if prior is None else max(c.min_count - prior.count, min(c.min_warmup, c.min_count))
@@ -615,7 +709,7 @@ class Detector:
                               c.record_cap, c.peaks, c.peak_decay)
 
     def _lane_parts(self) -> tuple[StreamState, ...]:
-        return (self.memory, self.stats)
+        return (self.memory, self.stats, self.steps)
 
     def add(self, streams: int, lanes: int) -> None:
         """Append fresh streams and lanes (numbered after the existing ones)."""
@@ -648,7 +742,7 @@ class Detector:
 
         ``lanes [m]`` are the lane rows with a value this reading, ``lane_of [m]`` the position in ``stream_idx`` of
         each one's stream, ``distance [m]`` their paper distances (NaN = unscorable), ``z [m, F]`` their unmasked
-        last-step representations and ``deviation [m]`` their ``window_deviation`` (None: not available).
+        last-step representations and ``deviation [m, 2, C]`` their ``window_deviation`` (None: not available).
         """
         idx = self.gate._rows(stream_idx)
         lanes = np.asarray(lanes, dtype=np.int64)
@@ -657,6 +751,10 @@ class Detector:
         distance = np.asarray(distance, dtype=np.float64).reshape(m)
         z = np.asarray(z, dtype=np.float32).reshape(m, self.dims)
         valid = np.isfinite(distance)
+        channel_deviation = np.full((m, self.channels), np.nan)
+        if deviation is not None and "deviation" in self.config.signals:
+            parts = np.asarray(deviation, dtype=np.float64).reshape(m, 2, self.channels)
+            channel_deviation[valid] = self.steps.fold(lanes[valid], parts[valid])
         columns = []
         for name in self.config.signals:
             if name == "distance":
@@ -664,8 +762,7 @@ class Detector:
             elif name == "novelty":
                 columns.append(np.where(valid, self.memory.novelty(lanes, z), np.nan))
             else:
-                dev = np.full(m, np.nan) if deviation is None else np.asarray(deviation, dtype=np.float64).reshape(m)
-                columns.append(np.where(valid, dev, np.nan))
+                columns.append(largest_channel(channel_deviation))
         signals = transform_signals(np.stack(columns, axis=1), self.config.signals)  # [m, K]
         surprise = self.stats.surprise(lanes, signals)
         if self.config.combine == "fisher":
@@ -689,23 +786,25 @@ class Detector:
         remembered = valid if self.config.memory_alerts else baseline
         self.memory.remember(lanes[remembered], z[remembered])
         held = np.where(alert, score, np.fmin(score, np.nextafter(self.config.threshold, -np.inf)))
-        return DetectorStep(np.where(warming, np.nan, held), score, alert, warming, winner, lane_score, signals)
+        return DetectorStep(np.where(warming, np.nan, held), score, alert, warming, winner, lane_score, signals,
+                            channel_deviation)  # fmt: skip
 
     def for_model(self, dims: int, card_prior: Mapping[str, Any] | None) -> Detector:
         """This detector's successor for another model with the same inputs (a hot swap): no stream warms up again.
 
-        The alert gate (record, scored-reading count, refractory period, hot run) and the ``deviation`` statistics
-        describe the streams, not the model: they carry over unchanged, and so do, until ``relearn`` replaces them,
+        The alert gate (record, scored-reading count, refractory period, hot run), the ``deviation`` statistics and
+        the step record describe the streams, not the model: they carry over unchanged, and so do, until ``relearn`` replaces them,
         the ``MODEL_SIGNALS`` statistics (exact for a model with the same outputs, a re-export). The representation
         memory starts empty: the old representations are another model's.
         """
-        new = Detector(self.config, dims, card_prior)
+        new = Detector(self.config, dims, card_prior, self.channels)
         # Same detector settings: only the gate's warm-up length and the statistics' prior depend on the card. A
         # stream that may alert keeps alerting, whatever warm-up the new card's prior asks of new streams.
         active = self.gate.scored_ >= self.gate.min_count
         new.gate = new.gate.with_arrays(self.gate.state_dict())
         new.gate.scored_[active] = np.maximum(new.gate.scored_[active], new.gate.min_count)
         new.stats = new.stats.with_arrays(self.stats.state_dict())
+        new.steps = new.steps.with_arrays(self.steps.state_dict())
         new.memory.add_streams(new.stats.n_streams)
         return new
 
@@ -739,10 +838,13 @@ class Detector:
             for part in ("count_", "mean_", "var_", "recent_"):
                 getattr(s, part)[lanes[rows], k] = getattr(scratch, part)[rows, k]
 
+    def _parts(self) -> tuple[tuple[str, StreamState], ...]:
+        return (("memory", self.memory), ("stats", self.stats), ("gate", self.gate), ("steps", self.steps))
+
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Every part's state as one flat dict of arrays (``memory/``, ``stats/``, ``gate/`` prefixes)."""
+        """Every part's state as one flat dict of arrays (``memory/``, ``stats/``, ``gate/``, ``steps/`` prefixes)."""
         state: dict[str, np.ndarray] = {}
-        for prefix, part in (("memory", self.memory), ("stats", self.stats), ("gate", self.gate)):
+        for prefix, part in self._parts():
             state.update({f"{prefix}/{k}": v for k, v in part.state_dict().items()})
         return state
 
@@ -750,7 +852,12 @@ class Detector:
         """Restore ``state_dict`` output saved by a detector with the same config and dims.
 
         Each part keeps this detector's configuration: a state saved before a setting existed (an earlier version's
-        checkpoint) has no value for it, and its arrays for the setting start fresh."""
-        for prefix, part in (("memory", self.memory), ("stats", self.stats), ("gate", self.gate)):
+        checkpoint) has no value for it, and its arrays for the setting start fresh; a state saved before the step
+        record gives every lane a fresh one."""
+        for prefix, part in self._parts():
             sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
-            setattr(self, prefix, part.with_arrays(sub))
+            if prefix == "steps" and not sub:
+                self.steps = StepRecord(self.channels, self.config.step_span, self.config.step_record,
+                                        self.stats.n_streams)  # fmt: skip
+            else:
+                setattr(self, prefix, part.with_arrays(sub))

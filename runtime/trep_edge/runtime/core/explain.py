@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from trep_edge.runtime.core.detector import Detector, SignalStats, combine_surprise, transform_signals, window_deviation
+from trep_edge.runtime.core.detector import Detector, SignalStats, combine_surprise, transform_signals
 from trep_edge.runtime.core.engine import Engine
 from trep_edge.runtime.core.preprocess import Normalisation, robust_location_scale
 from trep_edge.runtime.core.scoring import raw_score
@@ -53,6 +53,7 @@ class Subject:
     lane_surprise: np.ndarray  # [L] the detector's surprise of each lane (DetectorStep.lane_score)
     windows: np.ndarray | None = None  # [1, W, C] the window the model saw (fixed-channel models only)
     start: int = 0  # absolute step of the window's first step (a periodic time index)
+    deviation: np.ndarray | None = None  # [1, C] each channel's deviation (DetectorStep.deviation; fixed-channel)
 
 
 @dataclass(frozen=True)
@@ -125,8 +126,9 @@ def single_surprise(detector: Detector, lanes: np.ndarray, signals: np.ndarray) 
 
 
 def occlusion_surprise(engine: Engine, detector: Detector, lanes: np.ndarray, windows: np.ndarray,
-                       starts: np.ndarray) -> np.ndarray:  # fmt: skip
-    """Surprise ``[n, C]`` of each window ``[n, W, C]`` with only channel c's last value kept (one engine call)."""
+                       starts: np.ndarray, deviation: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Surprise ``[n, C]`` of each window ``[n, W, C]`` with only channel c's last value kept (one engine call);
+    ``deviation [n, C]`` is each channel's deviation as the detector judged it (``DetectorStep.deviation``)."""
     n, w, c = windows.shape
     centre = np.nan_to_num(window_centre(windows)).astype(np.float32)  # no earlier value: the card's mean
     copies = np.repeat(np.asarray(windows, dtype=np.float32)[:, None], c, axis=1)  # [n, C copies, W, C]
@@ -137,10 +139,9 @@ def occlusion_surprise(engine: Engine, detector: Detector, lanes: np.ndarray, wi
     copies = copies.reshape(n * c, w, c)
     rows = np.repeat(lanes, c)
     zu, zm = engine.last_step_pair(copies, np.repeat(starts, c))
-    # A copy deviates in its kept channel only: that channel's deviation alone, without C copies of every window.
-    alone = np.asarray(windows).transpose(0, 2, 1).reshape(n * c, w, 1)
+    # A copy deviates in its kept channel only: that channel's deviation alone, as the detector judged it.
     signal = {"distance": lambda: raw_score(zu, zm), "novelty": lambda: detector.memory.novelty(rows, zu),
-              "deviation": lambda: window_deviation(alone)}  # fmt: skip
+              "deviation": lambda: np.asarray(deviation, dtype=np.float64).reshape(n * c)}  # fmt: skip
     names = detector.config.signals
     values = transform_signals(np.stack([signal[name]() for name in names], axis=1), names)
     return single_surprise(detector, rows, values).reshape(n, c)
@@ -156,7 +157,9 @@ def explain_readings(
     if engine.card.channel_mode != "independent":
         lanes = np.concatenate([s.lanes for s in subjects])
         windows = np.concatenate([s.windows for s in subjects])
-        surprise = list(occlusion_surprise(engine, detector, lanes, windows, np.array([s.start for s in subjects])))
+        deviation = np.concatenate([s.deviation for s in subjects])
+        surprise = list(occlusion_surprise(engine, detector, lanes, windows, np.array([s.start for s in subjects]),
+                                           deviation))  # fmt: skip
     scale = Normalisation.from_dict(engine.card.normalisation).std
     # Every subject's lanes at once: the robust centre costs mostly per call, not per row.
     seen = np.concatenate([np.reshape(s.seen, (len(s.lanes), -1)) for s in subjects])

@@ -71,7 +71,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from trep_edge.runtime.core.alerts import SEVERITIES, AlertConfig, AlertEvent, AlertTracker, episode_id
-from trep_edge.runtime.core.detector import Detector, DetectorConfig, window_deviation
+from trep_edge.runtime.core.detector import Detector, DetectorConfig, DetectorStep, window_deviation
 from trep_edge.runtime.core.engine import Engine, Scorer
 from trep_edge.runtime.core.explain import Explanation, Subject, explain_readings
 from trep_edge.runtime.core.reading import Reading
@@ -247,9 +247,15 @@ class Monitor:
         return self._store.config
 
     def _new_detector(self, streams: int, lanes: int) -> Detector:
-        detector = Detector(self.detector_config, self.engine.card.repr_dims, self.engine.card.detector_prior)
+        card = self.engine.card
+        detector = Detector(self.detector_config, card.repr_dims, card.detector_prior, self._lane_channels)
         detector.add(streams, lanes)
         return detector
+
+    @property
+    def _lane_channels(self) -> int:
+        """Channels of one lane's window."""
+        return 1 if self.independent else self.engine.card.input_dims
 
     def _new_scaler(self, lanes: int) -> StreamScaler | None:
         if self.engine.card.scaling != "stream":
@@ -272,7 +278,8 @@ class Monitor:
         holders: list[tuple[str, StreamState, str, int]] = [
             ("monitor/streams", self._stream_rows, "stream", 1), ("monitor/lanes", self._lane_rows, "lane", 1),
             ("detector/gate", self._detector.gate, "stream", 1), ("detector/memory", self._detector.memory, "lane", 1),
-            ("detector/stats", self._detector.stats, "lane", 1), ("tracker", self._tracker, "stream", 1),
+            ("detector/stats", self._detector.stats, "lane", 1), ("detector/steps", self._detector.steps, "lane", 1),
+            ("tracker", self._tracker, "stream", 1),
         ]  # fmt: skip
         if self._scaler is not None:
             holders.append(("scaler", self._scaler, "lane", self.engine.card.input_dims))
@@ -427,7 +434,7 @@ class Monitor:
         batch = self._store.collect(now, with_windows=with_windows)
         self._counters["ticks"] += 1
         rounds = lane_rounds(self._lane_rows.stream[batch.stream_idx], batch.step)
-        deviation = np.full(len(batch), np.nan)
+        deviation = np.full((len(batch), 2, self._lane_channels), np.nan)
         inputs = batch.windows  # the windows the model saw, one per complete row (scaled for stream-scaled models)
         started = time.perf_counter()
         if batch.windows.shape[0]:
@@ -516,7 +523,7 @@ class Monitor:
                 window_start=(step - w + 1) * period, window_end=step * period,
             ))  # fmt: skip
         position = {s: j for j, s in enumerate(streams.tolist())} if events else {}
-        explained = self._explain(batch, rows, lane_of, out.lane_score, inputs,
+        explained = self._explain(batch, rows, lane_of, out, inputs,
                                   [position[e.stream_idx] for e in events if e.state != "cleared"])  # fmt: skip
         for event in events:
             j = position[event.stream_idx]
@@ -532,7 +539,7 @@ class Monitor:
         batch: StepBatch,
         rows: np.ndarray,
         lane_of: np.ndarray,
-        lane_score: np.ndarray,
+        out: DetectorStep,
         inputs: tuple[np.ndarray, np.ndarray],
         positions: list[int],
     ) -> dict[int, Explanation]:
@@ -550,10 +557,11 @@ class Monitor:
             prepared = np.stack([batch.windows[k] if k >= 0 else nan_window for k in at.tolist()])
             if self.independent:
                 subjects.append(Subject(tuple(self._channel(int(lane)) for lane in lanes), lanes, prepared,
-                                        batch.raw[mine, 0], lane_score[lane_of == j]))  # fmt: skip
+                                        batch.raw[mine, 0], out.lane_score[lane_of == j]))  # fmt: skip
             else:
                 subjects.append(Subject(tuple(self._store.channels), lanes, prepared, batch.raw[mine[0]],
-                                        lane_score[lane_of == j], windows[at], int(batch.starts[at[0]])))  # fmt: skip
+                                        out.lane_score[lane_of == j], windows[at], int(batch.starts[at[0]]),
+                                        out.deviation[lane_of == j]))  # fmt: skip
         return dict(zip(positions, explain_readings(self.engine, self._detector, subjects,
                                                     self.detector_config.threshold)))  # fmt: skip
 

@@ -183,7 +183,8 @@ def _model_windows(engine: Engine, prepared: np.ndarray, config: DetectorConfig)
 def _lane_signals(engine: Engine, lanes: list[np.ndarray], config: DetectorConfig, batch: int = BATCH) -> np.ndarray:
     """The detector's log-signals ``[T * L, K]`` of every step of one series' prepared lanes, as a new stream."""
     t, n = len(lanes[0]), len(lanes)
-    distance, deviation = np.full((t, n), np.nan), np.full((t, n), np.nan)
+    channels = lanes[0].shape[1]
+    distance, deviation = np.full((t, n), np.nan), np.full((t, n, 2, channels), np.nan)
     z = np.zeros((t, n, engine.card.repr_dims), dtype=np.float32)
     for k, prepared in enumerate(lanes):
         windows = _model_windows(engine, prepared, config)
@@ -192,7 +193,7 @@ def _lane_signals(engine: Engine, lanes: list[np.ndarray], config: DetectorConfi
         z[:, k] = zu
         for lo in range(0, t, batch):
             deviation[lo : lo + batch, k] = window_deviation(windows[lo : lo + batch])
-    detector = Detector(config, engine.card.repr_dims, engine.card.detector_prior)
+    detector = Detector(config, engine.card.repr_dims, engine.card.detector_prior, channels)
     detector.add(1, n)
     one, rows, lane_of = np.zeros(1, dtype=np.int64), np.arange(n), np.zeros(n, dtype=np.int64)
     signals = np.full((t, n, len(config.signals)), np.nan)
