@@ -22,10 +22,10 @@ from trep_edge.runtime.core.engine import load_engine
 from trep_edge.runtime.core.offline import detect_recording
 from trep_edge.training.evaluation.detection import rolling_z
 from trep_edge.training.evaluation.detection_corpus import Stream
+from trep_edge.training.evaluation.detection_metrics import probation
 
 LENGTH, DAY, SPAN = 3950, 288, 100
 ONSET = int(DAY * 10.75)  # the trough of day 10
-PROBATION = 592  # 15 % of the stream, as the detection benchmark counts
 
 
 def stream(seed: int, jump: float) -> np.ndarray:
@@ -40,7 +40,7 @@ def tally(alerts: np.ndarray) -> tuple[bool, int]:
     """Whether an alert falls inside the shift, and the alerts after probation outside it."""
     rows = np.flatnonzero(alerts)
     inside = (rows >= ONSET) & (rows < ONSET + SPAN)
-    return bool(inside.any()), int((~inside & (rows >= PROBATION)).sum())
+    return bool(inside.any()), int((~inside & (rows >= probation(LENGTH))).sum())
 
 
 def main() -> None:

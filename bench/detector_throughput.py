@@ -3,8 +3,9 @@
 `bench/throughput.py` times the engines (the model call); the detector runs after it on every scored reading, one
 vectorised call per tick for all streams. This script times that call the way the daemon makes it: S streams of
 one lane each, one reading per stream per tick, the general model's representation size, inputs drawn like the
-real signals (log-normal distances, Gaussian representations, half-normal deviation levels and steps, with rare large values so
-that the alert path and the memory writes it now makes are exercised). Every variant sees the same inputs.
+real signals (log-normal distances, Gaussian representations, half-normal deviation levels and steps, with rare
+large values so that the alert path and the memory writes it now makes are exercised). Every variant sees the same
+inputs.
 
     python bench/detector_throughput.py --variants 'previous:memory_alerts=0' --out bench/results/detector_throughput.md
 """

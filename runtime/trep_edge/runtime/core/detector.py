@@ -148,8 +148,8 @@ class DetectorConfig:
             deviations out), and a Gaussian tail made them p = 1e-8 to 1e-20 events, which the record and run peaks
             then had to absorb; with 8 a value 10 standard deviations out is p ≈ 4e-6 (docs/detection.md).
         step_record: how many times the largest step of the channel's last ``step_span`` readings a reading's step
-            (its change from the previous reading, ``window_deviation``) must be to count in ``deviation`` (``fold_step``);
-            0 = the level alone. A jump inside the range of a periodic window is small by its level; a step that
+            (its change from the previous reading, ``window_deviation``) must be to count in ``deviation``
+            (``fold_step``); 0 = the level alone. A jump inside the range of a periodic window is small by its level; a step that
             recurs (every heart beat's upstroke) is never a record, so it does not make the signal noisier
             (docs/detection.md, the step round).
         step_span: readings over which a channel's largest step is remembered (``StepRecord``).
@@ -263,8 +263,8 @@ def window_deviation(windows: np.ndarray) -> np.ndarray:
     """How far each window's last step lies from the rest of its window ``[n, W, C]``, per channel: ``[n, 2, C]``.
 
     Row 0 is the *level*, ``|x_last − median| / scale`` of the earlier steps (``preprocess.robust_location_scale``);
-    row 1 the *step*, ``|Δ_last − median Δ| / max(scale Δ, STEP_FLOOR · scale)``, the last change against the window's
-    earlier changes. The level misses a jump that stays inside the range a periodic window spans (its scale is the
+    row 1 the *step*, ``|Δ_last − median Δ| / max(scale Δ, STEP_FLOOR · scale)``, the last change against the
+    window's earlier changes. The level misses a jump that stays inside the range a periodic window spans (its scale is the
     cycle's, not the noise's); the step sees it, and the detector lets it into ``deviation`` where it is a record
     (``StepRecord``). NaN for a window without a last value or with fewer than ``DEVIATION_MIN_VALUES`` earlier
     values (all ``W − 1`` of them when the window is shorter), and a step also without the previous value. Invariant
@@ -293,12 +293,6 @@ def fold_step(parts: np.ndarray, bar: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         counts = step >= bar
         return np.where(counts, np.fmax(level, np.sqrt(level * step)), level)
-
-
-def largest_channel(values: np.ndarray) -> np.ndarray:
-    """Each row's largest finite value of ``[n, C]``, NaN when it has none (a lane's deviation is its worst channel)."""
-    seen = np.isfinite(values)
-    return np.where(seen.any(axis=1), np.where(seen, values, -np.inf).max(axis=1), np.nan)
 
 
 def upper_tail_surprise(z: np.ndarray) -> np.ndarray:
@@ -489,7 +483,8 @@ class StepRecord(StreamState):
         (``fold_step`` against this record), then record their steps."""
         if parts.shape[1:] != (2, self.channels):
             raise ValueError(f"deviation parts have shape {parts.shape}, expected [n, 2, {self.channels}]")
-        record = self.peak_[idx].max(axis=2)
+        peak = self.peak_[idx]
+        record = peak.max(axis=2)
         bar = np.full(record.shape, np.inf)
         if self.ratio > 0:
             has = np.isfinite(record)
@@ -498,9 +493,9 @@ class StepRecord(StreamState):
         seen = self.seen_[idx]
         slot = (seen // self.block) % STEP_BLOCKS
         rows = np.arange(len(idx))
-        peak = self.peak_[idx]
         # A block's first reading starts it afresh: what it held is now older than the span.
-        peak[rows[seen % self.block == 0], :, slot[seen % self.block == 0]] = -np.inf
+        starts = seen % self.block == 0
+        peak[rows[starts], :, slot[starts]] = -np.inf
         peak[rows, :, slot] = np.fmax(peak[rows, :, slot], parts[:, 1])
         self.peak_[idx] = peak
         self.seen_[idx] = seen + 1
@@ -762,7 +757,7 @@ class Detector:
             elif name == "novelty":
                 columns.append(np.where(valid, self.memory.novelty(lanes, z), np.nan))
             else:
-                columns.append(largest_channel(channel_deviation))
+                columns.append(np.fmax.reduce(channel_deviation, axis=1))  # a lane's worst channel
         signals = transform_signals(np.stack(columns, axis=1), self.config.signals)  # [m, K]
         surprise = self.stats.surprise(lanes, signals)
         if self.config.combine == "fisher":
@@ -793,8 +788,8 @@ class Detector:
         """This detector's successor for another model with the same inputs (a hot swap): no stream warms up again.
 
         The alert gate (record, scored-reading count, refractory period, hot run), the ``deviation`` statistics and
-        the step record describe the streams, not the model: they carry over unchanged, and so do, until ``relearn`` replaces them,
-        the ``MODEL_SIGNALS`` statistics (exact for a model with the same outputs, a re-export). The representation
+        the step record describe the streams, not the model: they carry over unchanged, and so do, until ``relearn``
+        replaces them, the ``MODEL_SIGNALS`` statistics (exact for a model with the same outputs, a re-export). The representation
         memory starts empty: the old representations are another model's.
         """
         new = Detector(self.config, dims, card_prior, self.channels)
@@ -857,7 +852,6 @@ class Detector:
         for prefix, part in self._parts():
             sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
             if prefix == "steps" and not sub:
-                self.steps = StepRecord(self.channels, self.config.step_span, self.config.step_record,
-                                        self.stats.n_streams)  # fmt: skip
+                self.steps = StepRecord(**part._config(), n_streams=self.stats.n_streams)
             else:
                 setattr(self, prefix, part.with_arrays(sub))
