@@ -430,7 +430,7 @@ def test_a_recurring_step_stops_counting_and_a_record_one_counts_until_the_span_
     assert fold(1.0, 9.0) == 1.0  # 9 is no record: the first reading is still within the span
     assert fold(1.0, 1.0) == 1.0
     for _ in range(16):
-        got = fold(1.0, 1.0)
+        fold(1.0, 1.0)
     assert fold(1.0, 9.0) == 3.0  # the span forgot the earlier 9s: √(1·9)
     assert fold(1.0, 9.0) == 1.0  # and the next one recurs
 
