@@ -157,6 +157,18 @@ def summarise(outputs: list[Output], streams: list[Stream]) -> dict[str, float]:
     return row
 
 
+def summarise_groups(
+    outputs: list[Output | None], streams: list[Stream], groups: dict[str, list[str]]
+) -> dict[str, dict[str, float]]:
+    """``summarise`` over each group of categories whose streams all have an output (None: the detector skipped it)."""
+    rows = {}
+    for group, cats in groups.items():
+        pick = [k for k, s in enumerate(streams) if s.category in cats]
+        if pick and all(outputs[k] is not None for k in pick):
+            rows[group] = summarise([outputs[k] for k in pick], [streams[k] for k in pick])
+    return rows
+
+
 def _labels(stream: Stream) -> np.ndarray:
     labels = np.zeros(len(stream.values), dtype=bool)
     for a, b in stream.events:
@@ -212,12 +224,7 @@ def run(args: argparse.Namespace) -> dict:
         covered = scope.get(name, categories)
         outputs = [fn(s) if s.category in covered else None for s in streams]
         results["seconds"][name] = time.perf_counter() - began
-        rows = {}
-        for group, cats in groups.items():
-            pick = [k for k, s in enumerate(streams) if s.category in cats]
-            if pick and all(outputs[k] is not None for k in pick):
-                rows[group] = summarise([outputs[k] for k in pick], [streams[k] for k in pick])
-        results["rows"][name] = rows
+        results["rows"][name] = rows = summarise_groups(outputs, streams, groups)
         shown = "overall" if name not in scope else "+".join(scope[name])
         print(json.dumps({name: rows.get(shown)}, default=float), flush=True)
     for family, (models, _) in per_stream.items():

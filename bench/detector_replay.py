@@ -1,0 +1,198 @@
+"""Detector variants on the detection benchmark's corpus in seconds: the detector replayed on captured inputs.
+
+`trep-edge eval detect` feeds every stream to the daemon's monitor (`offline.detect_recording`) once per detector
+setting, so each ablation row pays the engine again (about 5 minutes on the quick corpus). The detector's inputs do
+not depend on its settings: each reading's paper distance, representation and window deviation, and the stream's
+resets, come from the windows, the stream scale and the engine (the scale's own settings, `scale_warmup` and
+`scale_adapt`, are the exception, and are refused here). This script records every call the monitor makes on its
+`detector.Detector` while scoring a stream once per model (cached beside the benchmark's cache), then replays those
+calls on a detector of each variant's settings and scores the outputs with the benchmark's own metrics
+(`detection.summarise_groups`). `--check` first confirms that replaying the committed settings gives, row for row,
+the score and alerts that `detect_recording` gave (every stream, exact equality), so a replayed row is the row the
+benchmark would print for that variant. Peers are not run: their rows are the benchmark's.
+
+    python bench/detector_replay.py --quick --check --variants 'level-only:step_record=0' --out runs/replay.md
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+from unittest import mock
+
+import numpy as np
+
+from trep_edge.runtime.core.detector import Detector, DetectorConfig
+from trep_edge.runtime.core.engine import Engine, load_engine
+from trep_edge.runtime.core.monitor import Monitor
+from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.training.evaluation.detection import Output, markdown, summarise_groups
+from trep_edge.training.evaluation.detection_corpus import Stream, corpus
+
+TAPE_VERSION = b"1"  # bump when what the monitor hands its detector changes for the same model and data
+SCALE_SETTINGS = ("scale_warmup", "scale_adapt")
+
+
+@contextmanager
+def recording(tape: list) -> Iterator[None]:
+    """Append every call the monitor makes on a detector, and the row each scored step belongs to, to ``tape``."""
+    init, reset, step = Detector.__init__, Detector.reset, Detector.step
+    step_round = Monitor._step_round
+
+    def on_init(self, config, dims, card_prior=None, channels=1):
+        tape.append(("init", dims, channels))
+        init(self, config, dims, card_prior, channels)
+
+    def on_reset(self, streams, lanes):
+        tape.append(("reset", np.array(streams), np.array(lanes)))
+        reset(self, streams, lanes)
+
+    def on_step(self, stream_idx, lanes, lane_of, distance, z, deviation=None):
+        tape.append(("step", *(np.array(a) for a in (stream_idx, lanes, lane_of, distance, z)),
+                     None if deviation is None else np.array(deviation)))  # fmt: skip
+        return step(self, stream_idx, lanes, lane_of, distance, z, deviation)
+
+    def on_round(self, batch, rows, *args):
+        # detect_recording stamps row t at t periods, so a step's index is its row; -1: no reading in it.
+        reading = batch.reading[rows]
+        tape.append(("row", int(batch.step[rows][reading].min()) if reading.any() else -1))
+        return step_round(self, batch, rows, *args)
+
+    with mock.patch.multiple(Detector, __init__=on_init, reset=on_reset, step=on_step), \
+            mock.patch.object(Monitor, "_step_round", on_round):  # fmt: skip
+        yield
+
+
+def capture(engine: Engine, stream: Stream, cache: Path) -> tuple[list, dict[str, np.ndarray]]:
+    """The stream's tape and the committed detector's output on it (cached per model and data)."""
+    key = hashlib.sha256(TAPE_VERSION + engine.sha256.encode() + stream.values.tobytes()).hexdigest()[:24]
+    path = cache / f"{key}.npz"
+    if path.is_file():
+        with np.load(path, allow_pickle=True) as data:
+            return list(data["tape"]), {"score": data["score"], "alerts": data["alerts"]}
+    tape: list = []
+    with recording(tape):
+        det = detect_recording(engine, stream.values, DetectorConfig())
+    cache.mkdir(parents=True, exist_ok=True)
+    tape_array = np.empty(len(tape), dtype=object)
+    tape_array[:] = tape
+    np.savez(path, tape=tape_array, score=det.score, alerts=det.alerts)
+    return tape, {"score": det.score, "alerts": det.alerts}
+
+
+def replay(tapes: list[list], config: DetectorConfig, card_prior: dict | None, rows: list[int]) -> list[Output]:
+    """The score and alerts of every row of each tape's stream when one detector of ``config`` receives the tapes'
+    calls, all streams side by side (the detector is vectorised across streams; each keeps its own state).
+
+    The tapes must come from one model (one ``init``: the same dims and lane channels)."""
+    inits = {call[1:] for tape in tapes for call in tape if call[0] == "init"}
+    if len(inits) != 1:
+        raise ValueError(f"tapes replayed together must share one model's detector shape, got {sorted(inits)}")
+    (dims, channels), = inits
+    steps = []  # per tape: [(resets before the step, step call, row)]
+    for tape in tapes:
+        mine, resets, row = [], [], -1
+        for call in tape:
+            if call[0] == "reset":
+                resets.append(call[1:])
+            elif call[0] == "row":
+                row = call[1]
+            elif call[0] == "step":
+                mine.append((resets, call[1:], row))
+                resets = []
+        steps.append(mine)
+    # Each tape's streams and lanes get rows of their own in the one detector.
+    n_streams = [1 + max((int(c[0].max(initial=-1)) for _, c, _ in mine), default=-1) for mine in steps]
+    n_lanes = [1 + max((int(c[1].max(initial=-1)) for _, c, _ in mine), default=-1) for mine in steps]
+    stream_at, lane_at = np.cumsum([0] + n_streams), np.cumsum([0] + n_lanes)
+    detector = Detector(config, dims, card_prior, channels)
+    detector.add(int(stream_at[-1]), int(lane_at[-1]))
+    outputs = [(np.full(n, np.nan), np.zeros(n, dtype=bool)) for n in rows]
+    for k in range(max(map(len, steps), default=0)):
+        active = [i for i, mine in enumerate(steps) if k < len(mine)]
+        parts, placed = [], 0
+        for i in active:
+            resets, (stream_idx, lanes, lane_of, distance, z, deviation), row = steps[i][k]
+            for r_streams, r_lanes in resets:
+                detector.reset(r_streams + stream_at[i], r_lanes + lane_at[i])
+            parts.append((stream_idx + stream_at[i], lanes + lane_at[i], lane_of + placed, distance, z, deviation))
+            placed += len(stream_idx)
+        out = detector.step(*(np.concatenate(column) for column in zip(*parts)))
+        placed = 0
+        for i in active:
+            row = steps[i][k][2]
+            if row >= 0:  # one stream per recording: its step call scores at most one row
+                outputs[i][0][row], outputs[i][1][row] = out.score[placed], out.alert[placed]
+            placed += len(steps[i][k][1][0])
+    return outputs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the benchmark's quick subset")
+    parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
+    parser.add_argument("--check", action="store_true", help="confirm the committed settings replay exactly")
+    parser.add_argument("--model", default="models/general.onnx")
+    parser.add_argument("--icu-model", default="models/icu-vitals.onnx")
+    parser.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
+    parser.add_argument("--cache", default="~/.cache/trep-edge/replay", help="captured tapes")
+    parser.add_argument("--out", help="write the tables (Markdown) here too")
+    args = parser.parse_args()
+    try:
+        variants = {"trep": DetectorConfig()} | DetectorConfig.variants(args.variants)
+    except ValueError as exc:
+        parser.error(str(exc))
+    for name, config in variants.items():
+        changed = [s for s in SCALE_SETTINGS if getattr(config, s) != getattr(DetectorConfig(), s)]
+        if changed:
+            parser.error(f"variant {name} changes {changed}, which shape the model's input: run trep-edge eval detect")
+    started = time.perf_counter()
+    streams = corpus(args.data_root, args.quick)
+    general, icu = load_engine(args.model, "cpu"), load_engine(args.icu_model, "cpu")
+    cache = Path(args.cache).expanduser()
+    engines = [icu if s.category == "sepsis" else general for s in streams]
+    tapes, committed = zip(*(capture(engine, s, cache) for engine, s in zip(engines, streams)))
+    captured = time.perf_counter() - started
+
+    def run(config: DetectorConfig) -> list[Output]:
+        outputs: list = [None] * len(streams)
+        for engine in (general, icu):
+            pick = [k for k, e in enumerate(engines) if e is engine]
+            done = replay([tapes[k] for k in pick], config, engine.card.detector_prior,
+                          [len(streams[k].values) for k in pick])  # fmt: skip
+            for k, out in zip(pick, done):
+                outputs[k] = out
+        return outputs
+
+    if args.check:
+        for s, (score, alerts), want in zip(streams, run(DetectorConfig()), committed):
+            if not (np.array_equal(score, want["score"], equal_nan=True) and np.array_equal(alerts, want["alerts"])):
+                raise SystemExit(f"replay differs from detect_recording on {s.name}")
+    categories = sorted({s.category for s in streams})
+    groups = {"overall": categories} | {c: [c] for c in categories}
+    results = {"command": "python bench/detector_replay.py " + " ".join(
+        ["--quick"] * args.quick + ["--variants", *map(repr, args.variants)] * bool(args.variants)),
+        "rows": {}, "seconds": {}, "streams": {c: sum(s.category == c for s in streams) for c in categories},
+        "model": args.model, "icu_model": args.icu_model}  # fmt: skip
+    for name, config in variants.items():
+        began = time.perf_counter()
+        outputs = run(config)
+        results["seconds"][name] = time.perf_counter() - began
+        results["rows"][name] = summarise_groups(outputs, streams, groups)
+        row = results["rows"][name]["overall"]
+        print(json.dumps({name: {k: round(float(row[k]), 3) for k in ("nab_standard", "nab_tuned", "f1", "fa_per_1k")}}
+                         | {c: round(float(results["rows"][name][c]["nab_standard"]), 1) for c in categories}),
+              flush=True)  # fmt: skip
+    results["wall_seconds"] = time.perf_counter() - started
+    print(f"captured or loaded {len(streams)} tapes in {captured:.0f} s; {results['wall_seconds']:.0f} s in all")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
