@@ -5,9 +5,10 @@ setting, so each ablation row pays the engine again (about 5 minutes on the quic
 not depend on its settings: each reading's paper distance, representation and window deviation, and the stream's
 resets, come from the windows, the stream scale and the engine (the scale's own settings, `scale_warmup` and
 `scale_adapt`, are the exception, and are refused here). This script records every call the monitor makes on its
-`detector.Detector` while scoring a stream once per model (cached beside the benchmark's cache), then replays those
-calls on a detector of each variant's settings and scores the outputs with the benchmark's own metrics
-(`detection.summarise_groups`). `--check` first confirms that replaying the committed settings gives, row for row,
+`detector.Detector` while scoring a stream once per model (cached beside the benchmark's cache, and made anew when
+the runtime code that shapes those inputs changes: `tape_code`), then replays those calls on a detector of each
+variant's settings and scores the outputs with the benchmark's own metrics (`detection.summarise_groups`). A change
+to the detector's judgement replays on the old tapes, which is what makes trying one quick. `--check` first confirms that replaying the committed settings gives, row for row,
 the score and alerts that `detect_recording` gave (every stream, exact equality), so a replayed row is the row the
 benchmark would print for that variant. Peers are not run: their rows are the benchmark's.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import time
 from contextlib import contextmanager
@@ -26,6 +28,7 @@ from unittest import mock
 
 import numpy as np
 
+from trep_edge.runtime.core import detector as detector_module
 from trep_edge.runtime.core.detector import Detector, DetectorConfig
 from trep_edge.runtime.core.engine import Engine, load_engine
 from trep_edge.runtime.core.monitor import Monitor
@@ -33,8 +36,26 @@ from trep_edge.runtime.core.offline import detect_recording
 from trep_edge.training.evaluation.detection import Output, markdown, summarise_groups
 from trep_edge.training.evaluation.detection_corpus import Stream, corpus
 
-TAPE_VERSION = b"1"  # bump when what the monitor hands its detector changes for the same model and data
+TAPE_VERSION = b"2"  # bump when the tape's layout changes
 SCALE_SETTINGS = ("scale_warmup", "scale_adapt")
+CORE = Path(detector_module.__file__).parent
+
+
+def _digest(*parts: bytes) -> str:
+    return hashlib.sha256(b"".join(parts)).hexdigest()[:24]
+
+
+def tape_code() -> bytes:
+    """What a tape depends on besides the model and the data: the runtime core's code, less the detector's
+    decisions. ``detector.py`` counts by ``window_deviation`` alone (the monitor computes that input with it), so a
+    change to how the detector judges its inputs reuses the tapes and a change to how they are made captures anew."""
+    files = sorted(p for p in CORE.glob("*.py") if p.name != "detector.py")
+    return b"".join(p.read_bytes() for p in files) + inspect.getsource(detector_module.window_deviation).encode()
+
+
+def detector_code() -> str:
+    """The digest of the code behind the committed outputs stored with a tape (all of the runtime core)."""
+    return _digest(*(p.read_bytes() for p in sorted(CORE.glob("*.py"))))
 
 
 @contextmanager
@@ -67,20 +88,26 @@ def recording(tape: list) -> Iterator[None]:
         yield
 
 
-def capture(engine: Engine, stream: Stream, cache: Path) -> tuple[list, dict[str, np.ndarray]]:
-    """The stream's tape and the committed detector's output on it (cached per model and data)."""
-    key = hashlib.sha256(TAPE_VERSION + engine.sha256.encode() + stream.values.tobytes()).hexdigest()[:24]
+def capture(engine: Engine, stream: Stream, cache: Path, check: bool = False) -> tuple[list, dict[str, np.ndarray]]:
+    """The stream's tape and the committed detector's output on it, cached per model, data and ``tape_code``.
+
+    The stored output is the one ``detect_recording`` gave when the tape was made; with ``check`` it is made again
+    (one engine pass) when the runtime core's code has changed since, so that it is today's code's output."""
+    key = _digest(TAPE_VERSION, engine.sha256.encode(), tape_code(), stream.values.tobytes())
     path = cache / f"{key}.npz"
     if path.is_file():
         with np.load(path, allow_pickle=True) as data:
-            return list(data["tape"]), {"score": data["score"], "alerts": data["alerts"]}
-    tape: list = []
+            tape, made_by = list(data["tape"]), str(data["code"])
+            committed = {"score": data["score"], "alerts": data["alerts"]}
+        if not check or made_by == detector_code():
+            return tape, committed
+    tape = []
     with recording(tape):
         det = detect_recording(engine, stream.values, DetectorConfig())
     cache.mkdir(parents=True, exist_ok=True)
     tape_array = np.empty(len(tape), dtype=object)
     tape_array[:] = tape
-    np.savez(path, tape=tape_array, score=det.score, alerts=det.alerts)
+    np.savez(path, tape=tape_array, score=det.score, alerts=det.alerts, code=detector_code())
     return tape, {"score": det.score, "alerts": det.alerts}
 
 
@@ -135,7 +162,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the benchmark's quick subset")
     parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
-    parser.add_argument("--check", action="store_true", help="confirm the committed settings replay exactly")
+    parser.add_argument("--check", action="store_true", help="confirm the committed settings replay exactly (an "
+                        "engine pass for each stream whose stored output predates the runtime code)")
     parser.add_argument("--model", default="models/general.onnx")
     parser.add_argument("--icu-model", default="models/icu-vitals.onnx")
     parser.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
@@ -155,7 +183,7 @@ def main() -> None:
     general, icu = load_engine(args.model, "cpu"), load_engine(args.icu_model, "cpu")
     cache = Path(args.cache).expanduser()
     engines = [icu if s.category == "sepsis" else general for s in streams]
-    tapes, committed = zip(*(capture(engine, s, cache) for engine, s in zip(engines, streams)))
+    tapes, committed = zip(*(capture(engine, s, cache, args.check) for engine, s in zip(engines, streams)))
     captured = time.perf_counter() - started
 
     def run(config: DetectorConfig) -> list[Output]:

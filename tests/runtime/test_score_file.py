@@ -11,6 +11,7 @@ import pytest
 
 from trep_edge.runtime.core.detector import DetectorConfig
 from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.runtime.core.windows import WindowConfig
 from trep_edge.runtime.service.replay import RecordedSeries, load_series
 from trep_edge.runtime.service.score_file import score_recording, write_csv, write_plot
 
@@ -114,3 +115,69 @@ def test_a_labelled_csv_scores_as_the_same_csv_without_its_label_column(tmp_path
     np.testing.assert_array_equal(a.score, b.score)
     np.testing.assert_array_equal(a.alerts, b.alerts)
     assert a.labels is None and b.labels is not None and b.labels.sum() == 3
+
+
+def _timed_csv(path, values: np.ndarray, seconds: np.ndarray) -> None:
+    """A ``timestamp,value`` CSV as a plant historian exports it (ISO times, UTC)."""
+    stamps = (np.datetime64("2026-03-01T00:00:00") + seconds.astype("timedelta64[s]")).astype(str)
+    path.write_text("timestamp,value\n" + "".join(f"{t},{v:.6g}\n" for t, v in zip(stamps, values[:, 0])))
+
+
+def test_by_time_an_outage_resets_the_stream_as_the_daemon_would(tmp_path, univariate_engine, ucr_series):
+    values = ucr_series.values[4000:5200].reshape(-1, 1)
+    seconds = np.arange(len(values)) * 60.0
+    seconds[700:] += 6 * 3600  # six hours without readings: far more than max_gap steps of one minute
+    _timed_csv(tmp_path / "outage.csv", values, seconds)
+    (series,) = load_series(tmp_path / "outage.csv")
+    np.testing.assert_array_equal(series.timestamps - series.timestamps[0], seconds)
+    windows = WindowConfig(period=60.0)
+    by_time = score_recording(univariate_engine, series, detector=STRICT, windows=windows)
+    # The daemon's monitor fed the same readings at the same times (the grid starts at the first reading).
+    monitor = detect_recording(univariate_engine, series.values, STRICT, windows=windows, timestamps=seconds)
+    np.testing.assert_array_equal(by_time.surprise, monitor.surprise)
+    np.testing.assert_array_equal(by_time.alerts, monitor.alerts)
+    by_row = score_recording(univariate_engine, series, detector=STRICT)
+    np.testing.assert_array_equal(by_row.surprise[:700], by_time.surprise[:700])
+    # Back from the outage: the first readings that far ahead are set aside until jump_confirm of them confirm the
+    # jump (a clock slip would not), then the stream warms up again; by position it never stopped.
+    confirm = windows.jump_confirm
+    assert np.isnan(by_time.raw[700 : 700 + confirm - 1]).all() and np.isfinite(by_time.raw[700 + confirm - 1])
+    assert by_time.warming[700 : 700 + STRICT.min_warmup].all() and not by_time.warming[-100:].any()
+    assert not by_row.warming[700:].any()
+
+
+def test_by_time_a_short_gap_is_filled_not_reset(tmp_path, univariate_engine, ucr_series):
+    values = ucr_series.values[4000:5000].reshape(-1, 1)
+    seconds = np.arange(len(values)) * 60.0
+    seconds[600:] += 3 * 60  # three missing minutes, within max_gap: the window holds three missing steps
+    (series,) = [RecordedSeries("gap", ["value"], values, timestamps=seconds)]
+    by_time = score_recording(univariate_engine, series, detector=STRICT, windows=WindowConfig(period=60.0))
+    by_row = score_recording(univariate_engine, series, detector=STRICT)
+    assert not by_time.warming[600:].any()  # no reset
+    np.testing.assert_array_equal(by_time.surprise[:600], by_row.surprise[:600])
+    assert not np.array_equal(by_time.raw[600:700], by_row.raw[600:700], equal_nan=True)  # the gap is in the window
+
+
+def test_by_time_without_timestamps_is_refused(univariate_engine):
+    series = RecordedSeries("x", ["value"], np.zeros((10, 1), dtype=np.float32))
+    with pytest.raises(ValueError, match="needs timestamps"):
+        score_recording(univariate_engine, series, windows=WindowConfig(period=60.0))
+
+
+def test_score_command_by_time_takes_the_files_period_and_refuses_bad_options(tmp_path, univariate_model, ucr_series):
+    values = ucr_series.values[4000:4400].reshape(-1, 1)
+    seconds = np.arange(len(values)) * 300.0
+    _timed_csv(tmp_path / "plant.csv", values, seconds)
+    base = [sys.executable, "-m", "trep_edge.cli", "score", str(tmp_path / "plant.csv"), "--model",
+            str(univariate_model), "--no-plot", "--out", str(tmp_path / "s.csv"), "--providers", "cpu"]  # fmt: skip
+    done = subprocess.run(base + ["--by-time"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "by time, one step every 300 s" in done.stdout
+    for extra, message in ((["--period", "60"], "add --by-time"), (["--by-time", "--period", "-5"], "positive")):
+        bad = subprocess.run(base + extra, capture_output=True, text=True, timeout=120)
+        assert bad.returncode != 0 and message in bad.stderr and "Traceback" not in bad.stderr
+    (tmp_path / "rows.csv").write_text("value\n" + "".join(f"{v:.6g}\n" for v in values[:, 0]))
+    plain = base.copy()
+    plain[4] = str(tmp_path / "rows.csv")
+    bad = subprocess.run(plain + ["--by-time"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "no timestamp column" in bad.stderr and "Traceback" not in bad.stderr

@@ -42,12 +42,14 @@ FORMATS = ".txt (UCR anomaly), .csv (sensor CSV: trep-edge train --help), .tar.g
 
 @dataclass
 class RecordedSeries:
-    """One stream of a dataset: values ``[T, C]`` (NaN = missing) named by ``channels``, labels ``[T]`` if known."""
+    """One stream of a dataset: values ``[T, C]`` (NaN = missing) named by ``channels``, labels ``[T]`` if known, and
+    the rows' times in seconds since the epoch ``[T]`` where the file has a timestamp column (a CSV's first)."""
 
     stream: str
     channels: list[str]
     values: np.ndarray
     labels: np.ndarray | None = None
+    timestamps: np.ndarray | None = None
 
 
 def parse_rename(text: str | None) -> dict[str, str]:
@@ -70,7 +72,8 @@ def load_series(
         found = [RecordedSeries(stream or f"ucr{s.id:03d}", ["value"], s.values.reshape(-1, 1), s.labels)]
     elif name.endswith(".csv"):
         s = load_csv(path, only=channels or None)
-        found = [RecordedSeries(stream or re.sub(r"[^\w.-]", "_", s.name), s.channels, s.values, s.labels)]
+        seconds = None if s.timestamps is None else s.timestamps.astype("datetime64[ms]").astype(np.int64) / 1000.0
+        found = [RecordedSeries(stream or re.sub(r"[^\w.-]", "_", s.name), s.channels, s.values, s.labels, seconds)]
     elif name.endswith(".tar.gz"):
         found = []
         for k, patient in enumerate(iter_patients(path, limit=max_series), start=1):

@@ -3,7 +3,10 @@
 The numbers come from the daemon's own ``monitor.Monitor``, fed the file's rows as readings
 (``offline.detect_recording``): the same windows, scaling, engine call, detector, warm-up and alert episodes, so
 replaying the same file through the daemon gives the same scores and the same alert episodes
-(tests/runtime/test_daemon_end_to_end.py). The file is one stream: rows are consecutive steps of the card's period.
+(tests/runtime/test_daemon_end_to_end.py). The file is one stream: rows are consecutive steps of the card's period,
+or, ``by_time``, rows stand at their own timestamps on a grid of ``windows.period`` as a live feed's readings do in the
+daemon: missing steps are gaps, filled with missing values up to ``windows.max_gap`` and beyond that a reset (the
+stream starts afresh, as after an outage).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from trep_edge.runtime.core.detector import DetectorConfig
 from trep_edge.runtime.core.engine import Engine
 from trep_edge.runtime.core.explain import Explanation
 from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.runtime.core.windows import WindowConfig
 from trep_edge.runtime.service.replay import RecordedSeries
 
 
@@ -60,14 +64,32 @@ def score_recording(
     series: RecordedSeries,
     alerts: AlertConfig = AlertConfig(),
     detector: DetectorConfig = DetectorConfig(),
+    windows: WindowConfig | None = None,
 ) -> FileScores:
-    """Score every step of a recording as the daemon's monitor does (module docstring)."""
+    """Score every step of a recording as the daemon's monitor does (module docstring); with ``windows`` its rows
+    stand at their timestamps on that grid (by time), else one step each."""
     channels, values = model_inputs(engine, series)
-    d = detect_recording(engine, values, detector, channels, alerts, stream=series.stream)
+    stamps = None
+    if windows is not None:
+        if series.timestamps is None:
+            raise ValueError(f"{series.stream}: scoring by time needs timestamps (a CSV whose first column is a "
+                             "timestamp); this file has none, so its rows can only be scored as consecutive steps")
+        stamps = series.timestamps - series.timestamps[0]  # the grid starts at the first reading
+    d = detect_recording(engine, values, detector, channels, alerts, windows, stamps, stream=series.stream)
     independent = engine.card.channel_mode == "independent"
     lane_channel = [channels[k] if independent and k >= 0 else "" for k in d.lane.tolist()]
     return FileScores(series.stream, channels, values, d.raw, d.score, d.surprise, detector.threshold, d.alerts,
                       d.warming, lane_channel, d.events, series.labels, d.explanations)  # fmt: skip
+
+
+def median_interval(timestamps: np.ndarray) -> float:
+    """The typical seconds between consecutive readings (the median positive interval): a recording's sampling period
+    when nobody states it; gaps and repeated times do not move a median."""
+    steps = np.diff(np.asarray(timestamps, dtype=np.float64))
+    steps = steps[steps > 0]
+    if not steps.size:
+        raise ValueError("the timestamps never advance, so they give no sampling period: set one with --period")
+    return float(np.median(steps))
 
 
 def write_csv(result: FileScores, path: str | Path) -> None:

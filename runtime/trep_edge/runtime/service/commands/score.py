@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import os
 from pathlib import Path
 
@@ -30,6 +32,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--stream", help="stream id used in alert ids (default as replay names it)")
     p.add_argument("--channels", help="comma-separated dataset columns (before --rename)")
     p.add_argument("--rename", help="DATA=MODEL channel renames, e.g. O2Sat=SpO2")
+    p.add_argument("--by-time", action="store_true",
+                   help="place rows at their timestamps (a CSV's first column) as the daemon places a live feed's "
+                   "readings: a missing step is a gap, filled up to [windows] max_gap, a longer one resets the "
+                   "stream (default: rows are consecutive steps, whatever their times)")
+    p.add_argument("--period", type=float, help="with --by-time: seconds per step (default: the file's median "
+                   "interval between readings)")
     p.add_argument("--providers", default="auto", help="onnxruntime providers: auto, cpu, cuda, tensorrt")
     p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
     return p
@@ -42,8 +50,12 @@ def run(args: argparse.Namespace) -> int:
     from trep_edge.datasets.paths import resolve
 
     from trep_edge.runtime.service.replay import load_series, parse_rename
-    from trep_edge.runtime.service.score_file import score_recording, write_csv, write_plot
+    from trep_edge.runtime.service.score_file import median_interval, score_recording, write_csv, write_plot
 
+    if args.period is not None and not args.by_time:
+        raise ValueError("--period sets the step of --by-time scoring; add --by-time, or leave --period out")
+    if args.period is not None and not (math.isfinite(args.period) and args.period > 0):
+        raise ValueError(f"--period must be a positive number of seconds, got {args.period}")
     config = load_config(args.config, os.environ, {})
     engine = load_engine(args.model, args.providers)
     channels = args.channels.split(",") if args.channels else None
@@ -52,7 +64,16 @@ def run(args: argparse.Namespace) -> int:
     if args.series >= len(series_list):
         raise ValueError(f"--series {args.series}: the data has only {len(series_list)} series")
     series = series_list[args.series]
-    result = score_recording(engine, series, config.alerts, config.detector)
+    windows = None
+    if args.by_time:
+        if series.timestamps is None:
+            raise ValueError(f"--by-time: {args.data} has no timestamp column, so its rows can only be scored as "
+                             "consecutive steps (leave --by-time out)")
+        period = args.period if args.period is not None else median_interval(series.timestamps)
+        windows = dataclasses.replace(config.windows, period=period)
+        print(f"{series.stream}: by time, one step every {period:g} s; gaps over {windows.max_gap} steps reset the "
+              "stream")
+    result = score_recording(engine, series, config.alerts, config.detector, windows)
     stem = Path(args.out or f"runs/score/{series.stream}.csv")
     write_csv(result, stem)
     print(f"{series.stream}: {len(result.raw)} steps scored with {engine.card.name} (sha256 {engine.sha256[:12]})")
