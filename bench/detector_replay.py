@@ -203,7 +203,8 @@ def main() -> None:
     categories = sorted({s.category for s in streams})
     groups = {"overall": categories} | {c: [c] for c in categories}
     results = {"command": "python bench/detector_replay.py " + " ".join(
-        ["--quick"] * args.quick + ["--variants", *map(repr, args.variants)] * bool(args.variants)),
+        ["--quick"] * args.quick + ["--check"] * args.check
+        + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)),
         "rows": {}, "seconds": {}, "streams": {c: sum(s.category == c for s in streams) for c in categories},
         "model": args.model, "icu_model": args.icu_model}  # fmt: skip
     for name, config in variants.items():
