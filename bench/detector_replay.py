@@ -8,15 +8,17 @@ resets, come from the windows, the stream scale and the engine (the scale's own 
 `detector.Detector` while scoring a stream once per model (cached beside the benchmark's cache, and made anew when
 the runtime code that shapes those inputs changes: `tape_code`), then replays those calls on a detector of each
 variant's settings and scores the outputs with the benchmark's own metrics (`detection.summarise_groups`). A change
-to the detector's judgement replays on the old tapes, which is what makes trying one quick. `--check` first confirms that replaying the committed settings gives, row for row,
-the score and alerts that `detect_recording` gave (every stream, exact equality), so a replayed row is the row the
-benchmark would print for that variant. Peers are not run: their rows are the benchmark's.
+to the detector's judgement replays on the old tapes, which is what makes trying one quick. `--check` first confirms
+that replaying the committed settings gives, row for row, the score and alerts that `detect_recording` gave (every
+stream, exact equality), so a replayed row is the row the benchmark would print for that variant. Peers are not run:
+their rows are the benchmark's.
 
     python bench/detector_replay.py --quick --check --variants 'level-only:step_record=0' --out runs/replay.md
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import inspect
 import json
@@ -45,14 +47,17 @@ def _digest(*parts: bytes) -> str:
     return hashlib.sha256(b"".join(parts)).hexdigest()[:24]
 
 
+@functools.cache
 def tape_code() -> bytes:
-    """What a tape depends on besides the model and the data: the runtime core's code, less the detector's
-    decisions. ``detector.py`` counts by ``window_deviation`` alone (the monitor computes that input with it), so a
-    change to how the detector judges its inputs reuses the tapes and a change to how they are made captures anew."""
+    """What a tape depends on besides the model and the data (read once per run): the runtime core's code, less the
+    detector's decisions. ``detector.py`` counts by ``window_deviation`` alone (the monitor computes that input with
+    it), so a change to how the detector judges its inputs reuses the tapes and a change to how they are made captures
+    anew."""
     files = sorted(p for p in CORE.glob("*.py") if p.name != "detector.py")
     return b"".join(p.read_bytes() for p in files) + inspect.getsource(detector_module.window_deviation).encode()
 
 
+@functools.cache
 def detector_code() -> str:
     """The digest of the code behind the committed outputs stored with a tape (all of the runtime core)."""
     return _digest(*(p.read_bytes() for p in sorted(CORE.glob("*.py"))))
