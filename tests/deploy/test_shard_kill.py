@@ -3,8 +3,11 @@ new warm-up, and the other two shards never notice (same process, every step of 
 and alerts equal to one undisturbed daemon's).
 
 The killed shard's streams follow tests/runtime/test_daemon_restart.py: readings it had acknowledged after its last
-checkpoint are lost (at most a checkpoint interval plus a tick), and the kill is placed after every stream's first
-episode has cleared into a checkpoint, so its whole sequence of alert changes must still equal the reference.
+checkpoint are lost, and nothing published after the kill is (the broker holds it for the shard's session). How many
+that is depends on how soon after the checkpoint the kill lands, which a loaded box stretches, so the loss is bounded
+by the steps the feeder had published when the kill landed, not by a wall-clock guess. The kill is placed after every
+stream's first episode has cleared into a checkpoint, so its whole sequence of alert changes must still equal the
+reference.
 """
 from __future__ import annotations
 
@@ -45,7 +48,13 @@ def test_a_killed_shard_resumes_warm_and_the_others_are_unaffected(tmp_path, bro
         t0 = float(int(time.time()))
         publisher = Publisher("127.0.0.1", broker.port)
         publisher.wait_connected()
-        feeder = threading.Thread(target=replay, args=(series, publisher, TOPIC, RATE), kwargs={"t0": t0})
+        published = [-1]  # the last step the feeder has published to every stream; the next may be under way
+
+        def on_step(step: int) -> None:
+            published[0] = step
+
+        feeder = threading.Thread(target=replay, args=(series, publisher, TOPIC, RATE),
+                                  kwargs={"t0": t0, "on_step": on_step})  # fmt: skip
         feeder.start()
         victim = shards[KILLED]
         try:
@@ -53,6 +62,7 @@ def test_a_killed_shard_resumes_warm_and_the_others_are_unaffected(tmp_path, bro
             out.wait_for(lambda c: sum(m.json()["state"] == "cleared" for m in c.select(clears)) >= len(owned[KILLED]),
                          what="the killed shard's first clears")  # fmt: skip
             victim.kill_after_checkpoint()
+            published_at_kill = published[0]
             time.sleep(0.5)  # what the dead shard had published reaches the collector
             first_run = len(out.select(f"trep-edge/scores/shard{KILLED}/"))
             state, _ = load_checkpoint(victim.folder / "state.npz")
@@ -90,10 +100,9 @@ def test_a_killed_shard_resumes_warm_and_the_others_are_unaffected(tmp_path, bro
         mine = [p for p in killed_scores if p.stream == stream]
         first_pass = [p.step for p in killed_scores[:first_run] if p.stream == stream]
         killed_at, checkpoint_step = max(first_pass), checkpointed[stream]
-        assert 0 <= killed_at - checkpoint_step <= RATE * (CHECKPOINT + TICK) + 5, (stream, checkpoint_step, killed_at)
+        assert checkpoint_step <= killed_at <= published_at_kill + 1, (stream, checkpoint_step, killed_at)
         missing = sorted(set(range(LENGTH)) - {p.step for p in mine})
-        assert all(checkpoint_step < m <= killed_at + RATE for m in missing), (stream, missing)
-        assert len(missing) <= RATE * CHECKPOINT, f"{stream}: {len(missing)} readings lost at the kill"
+        assert all(checkpoint_step < m <= published_at_kill + 1 for m in missing), (stream, missing, published_at_kill)
         lost[stream] = (killed_at - checkpoint_step, len(missing))
         zone = (checkpoint_step, killed_at + len(missing) + WINDOW)
         assert not [e for e in reference[stream].events if zone[0] < e[0] <= zone[1]], "kill placed badly"

@@ -202,7 +202,11 @@ def test_a_backlog_of_20000_readings_drains_with_health_and_checkpoints_on_time(
              if "trep_edge_last_tick_timestamp_seconds" in m]  # set from the first tick on
     checkpoints = [(t, m["trep_edge_checkpoints_total"]) for t, m in samples]
     wall = time.time() - time.monotonic()
-    assert max(t + wall - last for t, last in ticks) < 2.0, "a tick came late"
+    # An intake that ignored the budget would hold one tick for the whole drain; budgeted, no tick waits more than a
+    # fraction of it. A fraction, not seconds: the probe's clock runs in this process, which is busy collecting the
+    # 20,000 scores, and a loaded 2-core box has stretched single ticks to over 3 s while the drain took 33 s.
+    late = max(t + wall - last for t, last in ticks)
+    assert late < drained / 5, f"a tick came {late:.1f} s late in a {drained:.1f} s drain"
     changes = [t for (t, c), (_, prev) in zip(checkpoints[1:], checkpoints) if c > prev]
     assert len(changes) >= 3 and max(np.diff([started] + changes)) < 3 * checkpoint_interval + 1.0, changes
 
