@@ -1,10 +1,13 @@
 """Shared fixtures: small exported models that every runtime test can load (trained here, in seconds)."""
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from filelock import FileLock
 
 from trep_edge.datasets.paths import data_root
 from trep_edge.runtime.core.engine import Engine, load_engine
@@ -31,6 +34,24 @@ def _export_tiny(x: np.ndarray, channels: list[str], out: Path, window: int, ite
     return out
 
 
+def _built_once(tmp_path_factory, name: str, build: Callable[[Path], Path]) -> Path:
+    """The model file ``name``, built by ``build(path)`` once per test run.
+
+    Under pytest-xdist (scripts/test.sh) every worker is its own session, and each would train and export the same
+    fixture model (20-35 s apiece); the first builds it in the folder the workers share and the others wait on its lock
+    and load the same file. Each model gets its own folder, as a test may write beside it.
+    """
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above the per-worker ones
+    path = root / "models" / Path(name).stem / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path.parent) + ".lock"):
+        if not path.is_file():
+            build(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def ucr_series():
     """The UCR anomaly series 135 (InternalBleeding16), a small real series with one labelled anomaly."""
@@ -46,7 +67,8 @@ def ucr_series():
 def univariate_model(tmp_path_factory, ucr_series) -> Path:
     """A tiny univariate model (window 64) trained and calibrated on the normal prefix of UCR series 135."""
     x = ucr_series.values[: ucr_series.train_end].reshape(1, -1, 1)
-    return _export_tiny(x, ["value"], tmp_path_factory.mktemp("models") / "ucr135.onnx", window=64, iterations=40)
+    return _built_once(tmp_path_factory, "ucr135.onnx",
+                       lambda out: _export_tiny(x, ["value"], out, window=64, iterations=40))  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +81,8 @@ def vitals_model(tmp_path_factory) -> Path:
     resp = 16 + 2 * np.sin(t / 10) + rng.normal(0, 0.5, (8, 600))
     x = np.stack([hr, spo2, resp], axis=-1).astype(np.float32)
     x[rng.random(x.shape) < 0.05] = np.nan
-    return _export_tiny(x, ["HR", "SpO2", "RESP"], tmp_path_factory.mktemp("models") / "vitals.onnx", window=32, iterations=30)
+    return _built_once(tmp_path_factory, "vitals.onnx",
+                       lambda out: _export_tiny(x, ["HR", "SpO2", "RESP"], out, window=32, iterations=30))  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -70,9 +93,9 @@ def univariate_engine(univariate_model) -> Engine:
 
 def _causal_tiny(tmp_path_factory, ucr_series, seed: int, iterations: int) -> Path:
     x = ucr_series.values[: ucr_series.train_end].reshape(1, -1, 1)
-    out = tmp_path_factory.mktemp("models") / f"ucr135-causal-{seed}.onnx"
-    return _export_tiny(x, ["value"], out, window=64, iterations=iterations, causal=True, time_index="periodic:100",
-                        max_receptive_field=64, seed=seed)
+    return _built_once(tmp_path_factory, f"ucr135-causal-{seed}.onnx",
+                       lambda out: _export_tiny(x, ["value"], out, window=64, iterations=iterations, causal=True,
+                                                time_index="periodic:100", max_receptive_field=64, seed=seed))
 
 
 @pytest.fixture(scope="session")
