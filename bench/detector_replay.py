@@ -3,15 +3,15 @@
 `trep-edge eval detect` feeds every stream to the daemon's monitor (`offline.detect_recording`) once per detector
 setting, so each ablation row pays the engine again (about 5 minutes on the quick corpus). The detector's inputs do
 not depend on its settings: each reading's paper distance, representation and window deviation, and the stream's
-resets, come from the windows, the stream scale and the engine (the scale's own settings, `scale_warmup` and
-`scale_adapt`, are the exception, and are refused here). This script records every call the monitor makes on its
-`detector.Detector` while scoring a stream once per model (cached beside the benchmark's cache, and made anew when
-the runtime code that shapes those inputs changes: `tape_code`), then replays those calls on a detector of each
-variant's settings and scores the outputs with the benchmark's own metrics (`detection.summarise_groups`). A change
-to the detector's judgement replays on the old tapes, which is what makes trying one quick. `--check` first confirms
-that replaying the committed settings gives, row for row, the score and alerts that `detect_recording` gave (every
-stream, exact equality), so a replayed row is the row the benchmark would print for that variant. Peers are not run:
-their rows are the benchmark's.
+resets, come from the windows, the stream scale and the engine (the settings that shape them, `scale_warmup`,
+`scale_adapt` and `deviation_window`, are the exception, and are refused here). This script records every call the
+monitor makes on its `detector.Detector` while scoring a stream once per model (cached beside the benchmark's cache,
+and made anew when the runtime code that shapes those inputs changes: `tape_code`), then replays those calls on a
+detector of each variant's settings and scores the outputs with the benchmark's own metrics
+(`detection.summarise_groups`). A change to the detector's judgement replays on the old tapes, which is what makes
+trying one quick. `--check` first confirms that replaying the committed settings gives, row for row, the score and
+alerts that `detect_recording` gave (every stream, exact equality), so a replayed row is the row the benchmark would
+print for that variant. Peers are not run: their rows are the benchmark's.
 
     python bench/detector_replay.py --quick --check --variants 'level-only:step_record=0' --out runs/replay.md
 """
@@ -39,7 +39,7 @@ from trep_edge.training.evaluation.detection import Output, markdown, summarise_
 from trep_edge.training.evaluation.detection_corpus import Stream, corpus
 
 TAPE_VERSION = b"2"  # bump when the tape's layout changes
-SCALE_SETTINGS = ("scale_warmup", "scale_adapt")
+INPUT_SETTINGS = ("scale_warmup", "scale_adapt", "deviation_window")
 CORE = Path(detector_module.__file__).parent
 
 
@@ -180,9 +180,9 @@ def main() -> None:
     except ValueError as exc:
         parser.error(str(exc))
     for name, config in variants.items():
-        changed = [s for s in SCALE_SETTINGS if getattr(config, s) != getattr(DetectorConfig(), s)]
+        changed = [s for s in INPUT_SETTINGS if getattr(config, s) != getattr(DetectorConfig(), s)]
         if changed:
-            parser.error(f"variant {name} changes {changed}, which shape the model's input: run trep-edge eval detect")
+            parser.error(f"variant {name} changes {changed}, which shape the detector's inputs: run trep-edge eval detect")
     started = time.perf_counter()
     streams = corpus(args.data_root, args.quick)
     general, icu = load_engine(args.model, "cpu"), load_engine(args.icu_model, "cpu")

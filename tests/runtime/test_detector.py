@@ -411,6 +411,19 @@ def test_a_quantised_window_does_not_turn_a_digit_flip_into_a_huge_step():
     assert np.isnan(young).all()  # a stream's first readings: too few earlier values for either
 
 
+def test_the_deviation_window_judges_a_reading_against_the_recent_readings_only():
+    x = np.random.default_rng(2).normal(0, 1, 201)
+    x[:176] += 20.0  # the level the stream left 25 readings ago, still most of a 201-reading window
+    whole = window_deviation(x[:, None][None])[0, :, 0]
+    recent = window_deviation(x[:, None][None], span=24)[0, :, 0]
+    np.testing.assert_array_equal(recent, window_deviation(x[-24:, None][None])[0, :, 0])
+    np.testing.assert_array_equal(window_deviation(x[:, None][None], span=400)[0, :, 0], whole)  # a short model window
+    assert whole[0] > 5 > 3 > recent[0]  # an ordinary reading of the new level, a fault by the whole window
+    with pytest.raises(ValueError, match="deviation_window"):
+        DetectorConfig(deviation_window=16)  # too few earlier values ever to judge
+    assert DetectorConfig(deviation_window=17).deviation_window == 17
+
+
 def test_fold_step_counts_a_step_only_at_its_bar():
     parts = np.array([[[2.0, 2.0, 9.0], [8.0, 8.0, np.nan]]])  # [1, 2, C]: levels, steps
     got = fold_step(parts, np.array([[8.0, np.inf, 1.0]]))

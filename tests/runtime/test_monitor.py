@@ -84,6 +84,22 @@ def test_streaming_equals_offline_scoring_on_a_real_series(ucr_series, univariat
     assert_same_as_offline(scored, expected, 1.0)
 
 
+def test_the_monitor_judges_deviation_over_the_configured_window(ucr_series, univariate_engine, monkeypatch):
+    import trep_edge.runtime.core.monitor as monitor_module
+
+    real, calls = monitor_module.window_deviation, []
+    monkeypatch.setattr(monitor_module, "window_deviation",
+                        lambda windows, span=0: calls.append((windows.shape[1], span)) or real(windows, span))
+    values = ucr_series.values[:600]
+    detector = DetectorConfig(deviation_window=32)
+    scored, _ = run(Monitor(univariate_engine, detector=detector), series_readings(values), tick_every=50)
+    assert calls and all(span == 32 < width for width, span in calls)  # the last 32 of the model's window
+    expected = detect_recording(univariate_engine, values.reshape(-1, 1), detector)
+    assert_same_as_offline(scored, expected, detector.threshold)
+    default = detect_recording(univariate_engine, values.reshape(-1, 1), DetectorConfig())
+    assert not np.array_equal(default.score, expected.score, equal_nan=True)
+
+
 def test_streaming_equals_offline_from_a_cold_start_without_a_card_prior(ucr_series, univariate_engine):
     engine = with_card(univariate_engine, detector_prior={})  # a model exported before the prior existed
     values = ucr_series.values[:1500]

@@ -153,6 +153,12 @@ class DetectorConfig:
             recurs (every heart beat's upstroke) is never a record, so it does not make the signal noisier
             (docs/detection.md, the step round).
         step_span: readings over which a channel's largest step is remembered (``StepRecord``).
+        deviation_window: the last readings of the model's window that ``deviation`` judges the reading against
+            (``window_deviation``; a shorter model window is used whole); 0 = the whole window. The window is the
+            model's choice (201 for a model exported with the defaults, 128 for the general model, 49 for the ICU
+            model), but what a reading is measured against should not depend on which model a stream has: 128
+            scores per-stream models 10 points higher than their whole 201 (docs/detection.md, the
+            deviation-window round).
     """
 
     signals: tuple[str, ...] = SIGNALS
@@ -180,6 +186,7 @@ class DetectorConfig:
     memory_alerts: bool = True
     step_record: float = 1.5
     step_span: int = 1000
+    deviation_window: int = 128
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
@@ -206,6 +213,9 @@ class DetectorConfig:
             raise ValueError(f"detector threshold must be a positive surprise (-log10 p), got {self.threshold}")
         if not (self.step_record == 0 or 1 <= self.step_record < math.inf):
             raise ValueError(f"detector step_record must be >= 1 (0 = the level alone), got {self.step_record}")
+        if self.deviation_window != 0 and self.deviation_window <= DEVIATION_MIN_VALUES:
+            raise ValueError(f"detector deviation_window must be > {DEVIATION_MIN_VALUES} readings (0 = the model's "
+                             f"whole window), got {self.deviation_window}")
         if self.step_span < STEP_BLOCKS:
             raise ValueError(f"detector step_span must be >= {STEP_BLOCKS} readings, got {self.step_span}")
 
@@ -259,8 +269,9 @@ class DetectorConfig:
         return named
 
 
-def window_deviation(windows: np.ndarray) -> np.ndarray:
-    """How far each window's last step lies from the rest of its window ``[n, W, C]``, per channel: ``[n, 2, C]``.
+def window_deviation(windows: np.ndarray, span: int = 0) -> np.ndarray:
+    """How far each window's last step lies from the rest of its window ``[n, W, C]``, per channel: ``[n, 2, C]``;
+    ``span`` > 0 judges it against the last ``span`` steps only (``DetectorConfig.deviation_window``).
 
     Row 0 is the *level*, ``|x_last − median| / scale`` of the earlier steps (``preprocess.robust_location_scale``);
     row 1 the *step*, ``|Δ_last − median Δ| / max(scale Δ, STEP_FLOOR · scale)``, the last change against the
@@ -270,6 +281,8 @@ def window_deviation(windows: np.ndarray) -> np.ndarray:
     values (all ``W − 1`` of them when the window is shorter), and a step also without the previous value. Invariant
     to the stream's scaling, so it is the same before and after ``preprocess.scale_windows``.
     """
+    if span:
+        windows = windows[:, -span:]
     n, w, c = windows.shape
     x = np.asarray(windows, dtype=np.float64).transpose(0, 2, 1).reshape(n * c, w)
     earlier = x[:, :-1]

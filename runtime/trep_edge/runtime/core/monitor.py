@@ -439,7 +439,7 @@ class Monitor:
         started = time.perf_counter()
         if batch.windows.shape[0]:
             inputs = self._scaled_windows(batch, rounds, np.flatnonzero(batch.complete))
-            deviation[batch.complete] = window_deviation(inputs)
+            deviation[batch.complete] = window_deviation(inputs, self.detector_config.deviation_window)
         out = self._scorer.score(batch, rounds, inputs)
         raw = np.where(batch.complete, raw_score(out.z_unmasked, out.z_masked), np.nan)
         z, rows_sent = out.z_unmasked, out.rows

@@ -192,7 +192,7 @@ def _lane_signals(engine: Engine, lanes: list[np.ndarray], config: DetectorConfi
         distance[:, k] = np.where(np.isnan(prepared).any(axis=1), np.nan, raw_score(zu, zm))
         z[:, k] = zu
         for lo in range(0, t, batch):
-            deviation[lo : lo + batch, k] = window_deviation(windows[lo : lo + batch])
+            deviation[lo : lo + batch, k] = window_deviation(windows[lo : lo + batch], config.deviation_window)
     detector = Detector(config, engine.card.repr_dims, engine.card.detector_prior, channels)
     detector.add(1, n)
     one, rows, lane_of = np.zeros(1, dtype=np.int64), np.arange(n), np.zeros(n, dtype=np.int64)
