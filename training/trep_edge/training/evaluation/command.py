@@ -46,7 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     d.add_argument("--icu-model", default="models/icu-vitals.onnx", help="detect: T-Rep model for the sepsis streams")
     d.add_argument("--ablations", nargs="*", help="detect: detector variants NAME:key=value;key=value (DetectorConfig)")
     d.add_argument("--peers", help="detect: comma-separated peers (default rolling_z,hst,stumpi,paper; '' = none)")
-    d.add_argument("--table", default="bench/results/detection.md", help="detect: results as Markdown tables")
+    d.add_argument("--table", help="detect: results as Markdown tables (default: --out's path ending in .md)")
     d.add_argument("--cache", default="~/.cache/trep-edge/detect",
                    help="detect: cache of the detector's scores per model, settings and stream")
     d.add_argument("--per-stream-train", action="store_true", help="detect: also a trep:per-stream row: one model per "

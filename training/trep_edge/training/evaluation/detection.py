@@ -234,8 +234,8 @@ def run(args: argparse.Namespace) -> dict:
     out = Path(args.out or "bench/results/detection.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=float))
-    if args.table:
-        Path(args.table).write_text(markdown(results))
+    # The tables go beside the JSON unless named, so a run written elsewhere never overwrites the committed tables.
+    Path(args.table or out.with_suffix(".md")).write_text(markdown(results))
     return results
 
 
