@@ -14,6 +14,10 @@ alerts that `detect_recording` gave (every stream, exact equality), so a replaye
 print for that variant. Peers are not run: their rows are the benchmark's.
 
     python bench/detector_replay.py --quick --check --variants 'level-only:step_record=0' --out runs/replay.md
+
+`--per-stream` replays the evaluator's protocol instead (`trep-edge eval detect --per-stream-train`): each synthetic,
+archive and UCR stream through its own model from the per-stream cache (trained there first if missing), each
+stream's tape replayed on a detector of its own model's shape and card prior.
 """
 from __future__ import annotations
 
@@ -174,6 +178,8 @@ def main() -> None:
     parser.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
     parser.add_argument("--cache", default="~/.cache/trep-edge/replay", help="captured tapes")
     parser.add_argument("--out", help="write the tables (Markdown) here too")
+    parser.add_argument("--per-stream", nargs="?", const="runs/detect-per-stream", metavar="CACHE",
+                        help="one model per stream, from this per-stream cache (default runs/detect-per-stream)")
     args = parser.parse_args()
     try:
         variants = {"trep": DetectorConfig()} | DetectorConfig.variants(args.variants)
@@ -185,18 +191,35 @@ def main() -> None:
             parser.error(f"variant {name} changes {changed}, which shape the detector's inputs: run trep-edge eval detect")
     started = time.perf_counter()
     streams = corpus(args.data_root, args.quick)
-    general, icu = load_engine(args.model, "cpu"), load_engine(args.icu_model, "cpu")
     cache = Path(args.cache).expanduser()
-    engines = [icu if s.category == "sepsis" else general for s in streams]
-    tapes, committed = zip(*(capture(engine, s, cache, args.check) for engine, s in zip(engines, streams)))
+    if args.per_stream:
+        from trep_edge.training.evaluation import detection_per_stream as ps
+
+        models = ps.PerStreamModels(Path(args.per_stream).expanduser())
+        streams = [s for s in streams if s.category in ps.CATEGORIES]
+        engine_of = models.engine  # one model at a time: 88 onnxruntime sessions at once take about 9 GB
+        groups_of = [[k] for k in range(len(streams))]  # each stream on a detector of its own model's shape
+    else:
+        general, icu = load_engine(args.model, "cpu"), load_engine(args.icu_model, "cpu")
+
+        def engine_of(stream: Stream) -> Engine:
+            return icu if stream.category == "sepsis" else general
+
+        groups_of = [[k for k, s in enumerate(streams) if (s.category == "sepsis") == on_icu] for on_icu in (0, 1)]
+        groups_of = [pick for pick in groups_of if pick]
+    tapes, committed, priors = [], [], []
+    for s in streams:
+        engine = engine_of(s)
+        tape, output = capture(engine, s, cache, args.check)
+        tapes.append(tape)
+        committed.append(output)
+        priors.append(engine.card.detector_prior)
     captured = time.perf_counter() - started
 
     def run(config: DetectorConfig) -> list[Output]:
         outputs: list = [None] * len(streams)
-        for engine in (general, icu):
-            pick = [k for k, e in enumerate(engines) if e is engine]
-            done = replay([tapes[k] for k in pick], config, engine.card.detector_prior,
-                          [len(streams[k].values) for k in pick])  # fmt: skip
+        for pick in groups_of:
+            done = replay([tapes[k] for k in pick], config, priors[pick[0]], [len(streams[k].values) for k in pick])
             for k, out in zip(pick, done):
                 outputs[k] = out
         return outputs
@@ -209,9 +232,11 @@ def main() -> None:
     groups = {"overall": categories} | {c: [c] for c in categories}
     results = {"command": "python bench/detector_replay.py " + " ".join(
         ["--quick"] * args.quick + ["--check"] * args.check
+        + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
         + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)),
         "rows": {}, "seconds": {}, "streams": {c: sum(s.category == c for s in streams) for c in categories},
-        "model": args.model, "icu_model": args.icu_model}  # fmt: skip
+        "model": f"each stream's own, from {args.per_stream}" if args.per_stream else args.model,
+        "icu_model": args.icu_model}  # fmt: skip
     for name, config in variants.items():
         began = time.perf_counter()
         outputs = run(config)
