@@ -205,8 +205,10 @@ def main() -> None:
         def engine_of(stream: Stream) -> Engine:
             return icu if stream.category == "sepsis" else general
 
-        groups_of = [[k for k, s in enumerate(streams) if (s.category == "sepsis") == on_icu] for on_icu in (0, 1)]
-        groups_of = [pick for pick in groups_of if pick]
+        by_engine: dict[int, list[int]] = {}
+        for k, s in enumerate(streams):  # each model's streams on one detector of its shape, as the benchmark runs them
+            by_engine.setdefault(id(engine_of(s)), []).append(k)
+        groups_of = list(by_engine.values())
     tapes, committed, priors = [], [], []
     for s in streams:
         engine = engine_of(s)

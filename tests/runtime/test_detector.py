@@ -243,6 +243,43 @@ def test_a_surprise_level_that_peaks_recent_runs_reached_stops_alerting_and_deca
     assert [i for i, a in enumerate(alerts) if a] == [0, 2, 6, 21]
 
 
+def test_an_alert_budget_lets_a_few_alerts_through_and_then_asks_for_more_surprise():
+    def gate(cost: float = 1.0) -> AlertGate:
+        return AlertGate(threshold=1.0, min_count=1, refractory=0, protect=10, budget=2.0, budget_span=1000,
+                         budget_cost=cost, n_streams=1)  # fmt: skip
+
+    # Runs of one reading at 5, each alerting without a budget. With budget 2 and cost 3 the first three alert at
+    # the plain bar (at most 2 recent alerts before each, decayed by e^(-1/1000) per reading); before the fourth
+    # 2.99 recent alerts are 0.99 beyond the budget and it needs 1 + 3 × 0.99 ≈ 4 < 5; the fifth needs about
+    # 1 + 3 × 1.98 ≈ 6.9 and does not alert; 9 does.
+    scores = [5.0, 0.0] * 5 + [9.0]
+    alerts = {name: [i for i, s in enumerate(scores) if g.decide(rows(0), np.array([s]))[0][0]]
+              for name, g in (("dear", gate(3.0)), ("free", gate(0.0)))}
+    assert alerts["free"] == [0, 2, 4, 6, 8, 10]
+    assert alerts["dear"] == [0, 2, 4, 6, 10]
+    # Held back, a hot reading still does not teach the statistics (the budget decides alerts, not the hot bar).
+    held = gate(100.0)
+    learn = [bool(held.decide(rows(0), np.array([s]))[2][0]) for s in scores]
+    assert not any(learn[i] for i in range(0, 10, 2))
+
+
+def test_the_alert_budget_survives_a_save_and_restore_and_an_old_state_starts_it_fresh():
+    def gate() -> AlertGate:
+        return AlertGate(threshold=1.0, min_count=1, refractory=0, protect=10, budget=1.0, budget_span=1000,
+                         budget_cost=3.0, n_streams=1)  # fmt: skip
+
+    scores = [5.0, 0.0, 5.0, 0.0, 5.0, 0.0, 5.0]
+    whole = gate()
+    expected = [bool(whole.decide(rows(0), np.array([s]))[0][0]) for s in scores]
+    first = gate()
+    got = [bool(first.decide(rows(0), np.array([s]))[0][0]) for s in scores[:4]]
+    restored = AlertGate.from_state(first.state_dict())
+    got += [bool(restored.decide(rows(0), np.array([s]))[0][0]) for s in scores[4:]]
+    assert got == expected and expected != [True, False] * 3 + [True]
+    old = {k: v for k, v in first.state_dict().items() if k != "spent_"}  # a checkpoint from before the budget
+    assert AlertGate.from_state(old).spent_.tolist() == [0.0]
+
+
 def test_run_peaks_count_alerted_runs_once_each_and_survive_a_save_and_restore():
     def gate():
         return AlertGate(threshold=1.0, min_count=1, refractory=0, protect=10, peaks=2, peak_decay=0.0, n_streams=1)

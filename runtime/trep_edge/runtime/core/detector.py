@@ -153,6 +153,14 @@ class DetectorConfig:
             recurs (every heart beat's upstroke) is never a record, so it does not make the signal noisier
             (docs/detection.md, the step round).
         step_span: readings over which a channel's largest step is remembered (``StepRecord``).
+        budget: alerts a stream may raise at the plain bar within about ``budget_span`` readings (its recent alerts
+            are counted with an exponential decay of that time constant); each recent alert beyond it raises the bar
+            for a new alert by ``budget_cost``. Real anomalies are rare, so a stream that keeps alerting is
+            miscalibrated, not under attack: a long heart-beat recording alerted about every 300 readings for
+            80,000 readings, which cost more than every fault of the benchmark found (docs/detection.md, the
+            alert-budget round).
+        budget_span: readings over which an alert counts against the budget (the decay's time constant).
+        budget_cost: surprise added to the bar for a new alert per recent alert beyond ``budget``; 0 = no budget.
         deviation_window: the last readings of the model's window that ``deviation`` judges the reading against
             (``window_deviation``; a shorter model window is used whole); 0 = the whole window. The window is the
             model's choice (201 for a model exported with the defaults, 128 for the general model, 49 for the ICU
@@ -186,6 +194,9 @@ class DetectorConfig:
     memory_alerts: bool = True
     step_record: float = 1.5
     step_span: int = 1000
+    budget: float = 8.0
+    budget_span: int = 20_000
+    budget_cost: float = 1.0
     deviation_window: int = 128
 
     def __post_init__(self) -> None:
@@ -196,7 +207,8 @@ class DetectorConfig:
             raise ValueError(f"detector signals must be a non-empty subset of {SIGNALS}, got {list(signals)}")
         if self.combine not in COMBINATIONS:
             raise ValueError(f"detector combine must be one of {list(COMBINATIONS)}, got {self.combine!r}")
-        for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup", "debounce", "min_warmup"):
+        for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup", "debounce", "min_warmup",
+                     "budget_span"):
             if getattr(self, name) < 1:
                 raise ValueError(f"detector {name} must be >= 1, got {getattr(self, name)}")
         if self.tail_dof < 0 or self.tail_dof % 2:
@@ -204,7 +216,7 @@ class DetectorConfig:
         for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn", "peaks"):
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
-        for name in ("record_decay", "peak_decay"):
+        for name in ("record_decay", "peak_decay", "budget", "budget_cost"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be finite and >= 0, got {getattr(self, name)}")
         if math.isnan(self.record_cap) or self.record_cap <= 0:
@@ -602,22 +614,27 @@ class AlertGate(StreamState):
     (docs/detection.md). With ``peaks`` > 0 the bar is also the ``peaks``-th largest peak of the stream's recent
     runs at or above the threshold, alerted ones included, each falling by ``peak_decay`` per reading: a surprise
     level the stream has reached ``peaks`` times lately is its normal (beats, daily edges), however high.
+    With ``budget_cost`` > 0 a stream that has spent its alert budget (more than ``budget`` recent alerts, counted
+    with an exponential decay over ``budget_span`` readings) alerts only where the score also beats the bar by
+    ``budget_cost`` per alert beyond it; the bar that decides which readings are hot (and learned) stays as it is.
     State: ``record_`` ``[S]`` (the record, −inf before any), ``scored_`` (scored readings), ``since_``
     (readings since the last alert, capped at ``refractory + 1``), ``hot_`` (readings at or above the bar in a row,
     capped above ``protect`` and ``debounce``), ``alerted_`` (the current run has alerted), ``run_`` (the peak of
     the current run at or above the threshold, −inf outside one), ``peaks_`` ``[S, peaks]`` (remembered run peaks,
-    decayed; −inf = none).
+    decayed; −inf = none), ``spent_`` (recent alerts, decayed).
     """
 
     def __init__(
         self, threshold: float, min_count: int, refractory: int, protect: int, debounce: int = 1,
         record_decay: float = 0.0, record_cap: float = math.inf, peaks: int = 0, peak_decay: float = 0.0,
-        n_streams: int = 0,
+        budget: float = 0.0, budget_span: int = 1, budget_cost: float = 0.0, n_streams: int = 0,
     ) -> None:  # fmt: skip
         self.threshold, self.min_count = float(threshold), int(min_count)
         self.refractory, self.protect, self.debounce = int(refractory), int(protect), int(debounce)
         self.record_decay, self.record_cap = float(record_decay), float(record_cap)
         self.peaks, self.peak_decay = int(peaks), float(peak_decay)
+        self.budget, self.budget_span, self.budget_cost = float(budget), int(budget_span), float(budget_cost)
+        self._keep = math.exp(-1.0 / self.budget_span)  # the recent-alert count's decay per reading
         super().__init__(n_streams)
 
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
@@ -629,12 +646,14 @@ class AlertGate(StreamState):
             "alerted_": np.zeros(n, dtype=bool),
             "run_": np.full(n, -np.inf),
             "peaks_": np.full((n, self.peaks), -np.inf),
+            "spent_": np.zeros(n),
         }
 
     def _config(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "min_count": self.min_count, "refractory": self.refractory,
                 "protect": self.protect, "debounce": self.debounce, "record_decay": self.record_decay,
-                "record_cap": self.record_cap, "peaks": self.peaks, "peak_decay": self.peak_decay}  # fmt: skip
+                "record_cap": self.record_cap, "peaks": self.peaks, "peak_decay": self.peak_decay,
+                "budget": self.budget, "budget_span": self.budget_span, "budget_cost": self.budget_cost}  # fmt: skip
 
     def decide(self, idx: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return (alert, warming, learn) for one reading per selected stream, and advance the state."""
@@ -646,11 +665,14 @@ class AlertGate(StreamState):
         peaks = self.peaks_[idx] - self.peak_decay
         if self.peaks:
             bar = np.fmax(bar, peaks.min(axis=1))
+        spent = self.spent_[idx] * self._keep
         hot = scored & ~warming & (score >= bar)
         since = np.minimum(self.since_[idx] + 1, self.refractory + 1)
         hot_run = np.where(hot, np.minimum(self.hot_[idx] + 1, max(self.protect, self.debounce) + 1), 0)
         # Once per run of hot readings: its debounce-th reading, or its first one after the refractory period.
         alert = (hot_run >= self.debounce) & (since > self.refractory) & ~(self.alerted_[idx] & hot)
+        if self.budget_cost:  # over budget, a new alert must also beat the bar by the cost of each alert beyond it
+            alert &= score >= bar + self.budget_cost * np.maximum(spent - self.budget, 0.0)
         self.alerted_[idx] = hot & (self.alerted_[idx] | alert)
         normal = scored & ~warming & ~self.alerted_[idx]
         self.record_[idx] = np.where(normal, np.fmax(record, np.fmin(score, self.record_cap)), record)
@@ -658,6 +680,7 @@ class AlertGate(StreamState):
         self.scored_[idx] = count
         self.since_[idx] = np.where(alert, 0, since)
         self.hot_[idx] = hot_run
+        self.spent_[idx] = spent + alert
         return alert, warming, ~hot | (hot_run > self.protect)
 
     def _remember_peaks(self, idx: np.ndarray, level: np.ndarray, score: np.ndarray, peaks: np.ndarray) -> None:
@@ -714,7 +737,7 @@ class Detector:
         # A prior stands for that many readings of the stream's own warm-up, never for its first min_warmup.
         warmup = c.min_count if prior is None else max(c.min_count - prior.count, min(c.min_warmup, c.min_count))
         self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect, c.debounce, c.record_decay,
-                              c.record_cap, c.peaks, c.peak_decay)
+                              c.record_cap, c.peaks, c.peak_decay, c.budget, c.budget_span, c.budget_cost)
 
     def _lane_parts(self) -> tuple[StreamState, ...]:
         return (self.memory, self.stats, self.steps)
