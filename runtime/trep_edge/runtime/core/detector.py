@@ -27,7 +27,8 @@ own history, on a scale that means the same for every stream and every model:
 3. **Alert** (``AlertGate``), the product's one alert decision: score ≥ ``threshold``, above the stream's
    decaying record of surprises outside alerts and above the ``peaks``-th largest peak of its recent runs (a level
    it keeps reaching, such as every heart beat, is its normal), for ``debounce`` readings in a row once the stream has
-   ``min_count`` scored readings, once per such run, and not within ``refractory`` readings of its previous alert.
+   ``min_count`` scored readings, once per such run, and not within ``refractory`` readings of its previous alert;
+   a stream that has spent its alert budget (``budget`` recent alerts) must beat that bar by a margin to alert again.
    The daemon's alert episodes (``alerts.AlertTracker``) open on these alerts and no other way. While a stream
    alerts, its signal statistics do not learn (an anomaly must not become the baseline that hides the next one),
    for at most ``protect`` readings in a row — after that a lasting change is the new normal and is learned. The
