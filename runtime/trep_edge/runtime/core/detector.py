@@ -156,10 +156,10 @@ class DetectorConfig:
         step_span: readings over which a channel's largest step is remembered (``StepRecord``).
         budget: alerts a stream may raise at the plain bar within about ``budget_span`` readings (its recent alerts
             are counted with an exponential decay of that time constant); each recent alert beyond it raises the bar
-            for a new alert by ``budget_cost``. Real anomalies are rare, so a stream that keeps alerting is
-            miscalibrated, not under attack: a long heart-beat recording alerted about every 300 readings for
-            80,000 readings, which cost more than every fault of the benchmark found (docs/detection.md, the
-            alert-budget round).
+            for a new alert by ``budget_cost``. Real anomalies are rare, so a stream that keeps alerting is one the
+            signals misjudge: the benchmark's long heart-beat recordings alerted on beats every 400–700 readings over
+            80,000, which cost more than every fault of the benchmark found (docs/detection.md, the alert-budget
+            round).
         budget_span: readings over which an alert counts against the budget (the decay's time constant).
         budget_cost: surprise added to the bar for a new alert per recent alert beyond ``budget``; 0 = no budget.
         deviation_window: the last readings of the model's window that ``deviation`` judges the reading against
