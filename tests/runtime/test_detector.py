@@ -244,7 +244,7 @@ def test_a_surprise_level_that_peaks_recent_runs_reached_stops_alerting_and_deca
 
 
 def test_an_alert_budget_lets_a_few_alerts_through_and_then_asks_for_more_surprise():
-    def gate(cost: float = 1.0) -> AlertGate:
+    def gate(cost: float) -> AlertGate:
         return AlertGate(threshold=1.0, min_count=1, refractory=0, protect=10, budget=2.0, budget_span=1000,
                          budget_cost=cost, n_streams=1)  # fmt: skip
 
