@@ -152,8 +152,9 @@ class DetectorConfig:
             (its change from the previous reading, ``window_deviation``) must be to count in ``deviation``
             (``fold_step``); 0 = the level alone. A jump inside the range of a periodic window is small by its level; a step that
             recurs (every heart beat's upstroke) is never a record, so it does not make the signal noisier
-            (docs/detection.md, the step round). 1.2 rather than 1.5 found more faults in every category of the
-            benchmark; 1.1 found fewer than 1.2 and raised more false alarms (the step-factor round).
+            (docs/detection.md, the step round). 1.2 rather than 1.5: with the general model it found more faults
+            in every fault category of the benchmark, and 1.1 fewer with more false alarms; with models trained on
+            one stream it is about neutral (the step-factor round).
         step_span: readings over which a channel's largest step is remembered (``StepRecord``).
         budget: alerts a stream may raise at the plain bar within about ``budget_span`` readings (its recent alerts
             are counted with an exponential decay of that time constant); each recent alert beyond it raises the bar
