@@ -28,6 +28,7 @@ import inspect
 import json
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 from unittest import mock
@@ -167,10 +168,9 @@ def replay(tapes: list[list], config: DetectorConfig, card_prior: dict | None, r
     return outputs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The corpus, model and output options this script shares with ``bench/detector_prototypes.py``."""
     parser.add_argument("--quick", action="store_true", help="the benchmark's quick subset")
-    parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
     parser.add_argument("--check", action="store_true", help="confirm the committed settings replay exactly (an "
                         "engine pass for each stream whose stored output predates the runtime code)")
     parser.add_argument("--model", default="models/general.onnx")
@@ -180,6 +180,101 @@ def main() -> None:
     parser.add_argument("--out", help="write the tables (Markdown) here too")
     parser.add_argument("--per-stream", nargs="?", const="runs/detect-per-stream", metavar="CACHE",
                         help="one model per stream, from this per-stream cache (default runs/detect-per-stream)")
+
+
+@dataclass
+class Bench:
+    """The benchmark's streams and their tapes, grouped by the model (detector shape) they run through."""
+
+    streams: list[Stream]
+    tapes: list[list]
+    committed: list[dict[str, np.ndarray]]
+    priors: list[dict | None]
+    groups: list[list[int]]
+    started: float
+
+    @classmethod
+    def load(cls, args: argparse.Namespace) -> Bench:
+        """Capture or read back every stream's tape, as the options in ``add_arguments`` select."""
+        started = time.perf_counter()
+        streams = corpus(args.data_root, args.quick)
+        cache = Path(args.cache).expanduser()
+        if args.per_stream:
+            from trep_edge.training.evaluation import detection_per_stream as ps
+
+            models = ps.PerStreamModels(Path(args.per_stream).expanduser())
+            streams = [s for s in streams if s.category in ps.CATEGORIES]
+            engine_of = models.engine  # one model at a time: 88 onnxruntime sessions at once take about 9 GB
+            groups = [[k] for k in range(len(streams))]  # each stream on a detector of its own model's shape
+        else:
+            general, icu = load_engine(args.model, "cpu"), load_engine(args.icu_model, "cpu")
+
+            def engine_of(stream: Stream) -> Engine:
+                return icu if stream.category == "sepsis" else general
+
+            by_engine: dict[int, list[int]] = {}
+            for k, s in enumerate(streams):  # each model's streams on one detector of its shape, as the benchmark runs
+                by_engine.setdefault(id(engine_of(s)), []).append(k)
+            groups = list(by_engine.values())
+        tapes, committed, priors = [], [], []
+        for s in streams:
+            engine = engine_of(s)
+            tape, output = capture(engine, s, cache, args.check)
+            tapes.append(tape)
+            committed.append(output)
+            priors.append(engine.card.detector_prior)
+        print(f"captured or loaded {len(streams)} tapes in {time.perf_counter() - started:.0f} s", flush=True)
+        return cls(streams, tapes, committed, priors, groups, started)
+
+    def run(self, config: DetectorConfig, tapes: list[list] | None = None) -> list[Output]:
+        """Every stream's output from a detector of ``config`` replaying its tape (or the given stand-ins)."""
+        tapes = self.tapes if tapes is None else tapes
+        outputs: list = [None] * len(self.streams)
+        for pick in self.groups:
+            done = replay([tapes[k] for k in pick], config, self.priors[pick[0]],
+                          [len(self.streams[k].values) for k in pick])  # fmt: skip
+            for k, out in zip(pick, done):
+                outputs[k] = out
+        return outputs
+
+    def check(self) -> None:
+        """Exit unless replaying the committed settings gives every stream's committed output exactly."""
+        for s, (score, alerts), want in zip(self.streams, self.run(DetectorConfig()), self.committed):
+            if not (np.array_equal(score, want["score"], equal_nan=True) and np.array_equal(alerts, want["alerts"])):
+                raise SystemExit(f"replay differs from detect_recording on {s.name}")
+
+    def results(self, command: str, args: argparse.Namespace) -> dict:
+        """An empty results record (``detection.markdown``'s layout) for rows to be added by ``score``."""
+        categories = sorted({s.category for s in self.streams})
+        return {"command": command, "rows": {}, "seconds": {},
+                "streams": {c: sum(s.category == c for s in self.streams) for c in categories},
+                "model": f"each stream's own, from {args.per_stream}" if args.per_stream else args.model,
+                "icu_model": args.icu_model}  # fmt: skip
+
+    def score(self, results: dict, name: str, outputs: list[Output], began: float) -> None:
+        """Add one row of outputs to ``results`` and print its headline."""
+        categories = sorted({s.category for s in self.streams})
+        results["seconds"][name] = time.perf_counter() - began
+        groups = {"overall": categories} | {c: [c] for c in categories}
+        results["rows"][name] = summarise_groups(outputs, self.streams, groups)
+        row = results["rows"][name]["overall"]
+        print(json.dumps({name: {k: round(float(row[k]), 3) for k in ("nab_standard", "nab_tuned", "f1", "fa_per_1k")}}
+                         | {c: round(float(results["rows"][name][c]["nab_standard"]), 1) for c in categories}),
+              flush=True)  # fmt: skip
+
+    def finish(self, results: dict, out: str | None) -> None:
+        """Stamp the wall time and write the tables to ``out`` (if given)."""
+        results["wall_seconds"] = time.perf_counter() - self.started
+        print(f"{results['wall_seconds']:.0f} s in all")
+        if out:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            Path(out).write_text(markdown(results))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
     args = parser.parse_args()
     try:
         variants = {"trep": DetectorConfig()} | DetectorConfig.variants(args.variants)
@@ -188,71 +283,19 @@ def main() -> None:
     for name, config in variants.items():
         changed = [s for s in INPUT_SETTINGS if getattr(config, s) != getattr(DetectorConfig(), s)]
         if changed:
-            parser.error(f"variant {name} changes {changed}, which shape the detector's inputs: run trep-edge eval detect")
-    started = time.perf_counter()
-    streams = corpus(args.data_root, args.quick)
-    cache = Path(args.cache).expanduser()
-    if args.per_stream:
-        from trep_edge.training.evaluation import detection_per_stream as ps
-
-        models = ps.PerStreamModels(Path(args.per_stream).expanduser())
-        streams = [s for s in streams if s.category in ps.CATEGORIES]
-        engine_of = models.engine  # one model at a time: 88 onnxruntime sessions at once take about 9 GB
-        groups_of = [[k] for k in range(len(streams))]  # each stream on a detector of its own model's shape
-    else:
-        general, icu = load_engine(args.model, "cpu"), load_engine(args.icu_model, "cpu")
-
-        def engine_of(stream: Stream) -> Engine:
-            return icu if stream.category == "sepsis" else general
-
-        by_engine: dict[int, list[int]] = {}
-        for k, s in enumerate(streams):  # each model's streams on one detector of its shape, as the benchmark runs them
-            by_engine.setdefault(id(engine_of(s)), []).append(k)
-        groups_of = list(by_engine.values())
-    tapes, committed, priors = [], [], []
-    for s in streams:
-        engine = engine_of(s)
-        tape, output = capture(engine, s, cache, args.check)
-        tapes.append(tape)
-        committed.append(output)
-        priors.append(engine.card.detector_prior)
-    captured = time.perf_counter() - started
-
-    def run(config: DetectorConfig) -> list[Output]:
-        outputs: list = [None] * len(streams)
-        for pick in groups_of:
-            done = replay([tapes[k] for k in pick], config, priors[pick[0]], [len(streams[k].values) for k in pick])
-            for k, out in zip(pick, done):
-                outputs[k] = out
-        return outputs
-
+            parser.error(f"variant {name} changes {changed}, which shape the detector's inputs: "
+                         "run trep-edge eval detect")
+    bench = Bench.load(args)
     if args.check:
-        for s, (score, alerts), want in zip(streams, run(DetectorConfig()), committed):
-            if not (np.array_equal(score, want["score"], equal_nan=True) and np.array_equal(alerts, want["alerts"])):
-                raise SystemExit(f"replay differs from detect_recording on {s.name}")
-    categories = sorted({s.category for s in streams})
-    groups = {"overall": categories} | {c: [c] for c in categories}
-    results = {"command": "python bench/detector_replay.py " + " ".join(
+        bench.check()
+    results = bench.results("python bench/detector_replay.py " + " ".join(
         ["--quick"] * args.quick + ["--check"] * args.check
         + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
-        + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)),
-        "rows": {}, "seconds": {}, "streams": {c: sum(s.category == c for s in streams) for c in categories},
-        "model": f"each stream's own, from {args.per_stream}" if args.per_stream else args.model,
-        "icu_model": args.icu_model}  # fmt: skip
+        + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)), args)
     for name, config in variants.items():
         began = time.perf_counter()
-        outputs = run(config)
-        results["seconds"][name] = time.perf_counter() - began
-        results["rows"][name] = summarise_groups(outputs, streams, groups)
-        row = results["rows"][name]["overall"]
-        print(json.dumps({name: {k: round(float(row[k]), 3) for k in ("nab_standard", "nab_tuned", "f1", "fa_per_1k")}}
-                         | {c: round(float(results["rows"][name][c]["nab_standard"]), 1) for c in categories}),
-              flush=True)  # fmt: skip
-    results["wall_seconds"] = time.perf_counter() - started
-    print(f"captured or loaded {len(streams)} tapes in {captured:.0f} s; {results['wall_seconds']:.0f} s in all")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(markdown(results))
+        bench.score(results, name, bench.run(config), began)
+    bench.finish(results, args.out)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from trep_edge.training.evaluation.detection_corpus import Stream
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("detector_replay", ROOT / "bench" / "detector_replay.py")
 replay_bench = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = replay_bench  # its dataclasses look their module up by name
 _spec.loader.exec_module(replay_bench)
 
 

@@ -1,0 +1,278 @@
+"""Detector ideas measured and not adopted, rerun from the repository on the benchmark's tapes.
+
+docs/detection.md records ideas that lost. A setting of ``DetectorConfig`` is replayed by ``bench/detector_replay.py``;
+an idea that is not a setting needs code the runtime does not keep. Each prototype here changes one part of the
+committed detector for the length of a run — its alert decision, how a lane's signal surprises combine, how fast
+each signal's statistics forget, or the ``deviation`` input a tape feeds it — and replays the benchmark's captured
+tapes through it, scored by the benchmark's own metrics. The first row, ``trep``, is the committed detector on the
+same tapes.
+
+    python bench/detector_prototypes.py --quick --prototypes 'quiet-record:low=3.5;margin=0.5;after=500' \\
+        'brown:rho=0.4' 'signal-horizon:horizons=1000/1000/500' 'window-gap:gap=4' 'seasonal:acf=0.6'
+
+Prototypes (``KIND:key=value;...``, each key optional):
+
+- ``quiet-record`` (``low``, ``margin``, ``after``, ``decay``): a second way to alert, for streams whose anomalies
+  stay under the threshold: a score of at least ``low`` that beats every earlier score of the stream (less ``decay``
+  per reading since) by ``margin``, once the stream has ``after`` scored readings; the refractory period holds.
+- ``brown`` (``rho``): Brown's method instead of Fisher's: the χ² statistic rescaled for signals correlated at
+  ``rho`` (Kost and McDermott's polynomial for the covariance of ``−2 ln p``).
+- ``signal-horizon`` (``horizons``, ``/``-separated in ``SIGNALS`` order): each signal's statistics with a horizon
+  of its own.
+- ``window-gap`` (``gap``): ``deviation``'s level judged against the window less the last ``gap`` readings before the
+  scored one (a slow fault then cannot hide in the readings it has already moved).
+- ``seasonal`` (``acf``, ``pmax``): ``deviation``'s level is also the reading's difference from the reading one
+  period earlier, judged against the window of such differences; the period is the first autocorrelation peak of at
+  least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 % (at least 200 readings).
+
+The two ``deviation`` prototypes recompute the level from the stream's raw values in sliding windows of the last
+``deviation_window`` readings, where the monitor windows the scaled readings since the stream's last reset: with
+``gap=0`` that reproduces the committed row to within a fraction of a point, not exactly (``window-gap:gap=0``).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator
+from unittest import mock
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+import detector_replay as dr
+from trep_edge.runtime.core import detector as detector_module
+from trep_edge.runtime.core.detector import SIGNALS, AlertGate, DetectorConfig, SignalStats, window_deviation
+from trep_edge.training.evaluation.detection_corpus import Stream
+from trep_edge.training.evaluation.detection_metrics import probation
+
+
+@dataclass
+class Prototype:
+    """One idea: patches applied while it replays, and a rewrite of each stream's tape (None: the tape as captured)."""
+
+    patches: Callable[[], Iterator[None]]
+    rewrite: Callable[[Stream, list], list] | None = None
+
+
+def quiet_record(low: float = 3.5, margin: float = 0.5, after: float = 500, decay: float = 0.0) -> Prototype:
+    """A score of at least ``low`` that beats the stream's decayed record of all its scores by ``margin`` alerts."""
+    decide, reset = AlertGate.decide, AlertGate.reset_streams
+
+    def best_of(gate: AlertGate) -> np.ndarray:
+        best = getattr(gate, "_quiet_best", np.full(0, -np.inf))
+        if len(best) < len(gate.scored_):  # streams added since
+            best = np.concatenate([best, np.full(len(gate.scored_) - len(best), -np.inf)])
+            gate._quiet_best = best
+        return best
+
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray):
+        since = np.minimum(self.since_[idx] + 1, self.refractory + 1)
+        in_run = self.alerted_[idx].copy()
+        count = self.scored_[idx] + np.isfinite(score)
+        alert, warming, learn = decide(self, idx, score)
+        best = best_of(self)
+        record = best[idx] - decay
+        judged = np.isfinite(score) & ~warming
+        quiet = (judged & (count >= after) & (score >= low) & (score >= record + margin) & (since > self.refractory)
+                 & ~alert & ~in_run)  # fmt: skip
+        self.since_[idx[quiet]] = 0
+        self.spent_[idx[quiet]] += 1
+        best[idx] = np.where(judged, np.fmax(record, score), record)
+        return alert | quiet, warming, learn & ~quiet
+
+    def on_reset(self: AlertGate, streams: np.ndarray) -> None:
+        reset(self, streams)
+        best_of(self)[self._rows(streams)] = -np.inf
+
+    @contextmanager
+    def patches() -> Iterator[None]:
+        with mock.patch.multiple(AlertGate, decide=on_decide, reset_streams=on_reset):
+            yield
+
+    return Prototype(patches)
+
+
+def brown(rho: float = 0.4) -> Prototype:
+    """Brown's method at a common correlation ``rho`` in place of Fisher's (``combine_surprise``)."""
+    try:
+        from scipy import special
+    except ImportError as exc:  # scipy comes with stumpy
+        raise SystemExit("the brown prototype needs scipy: pip install -e '.[bench]'") from exc
+    cov = 3.263 * rho + 0.710 * rho**2 + 0.027 * rho**3  # covariance of −2 ln p for two signals correlated at rho
+
+    def combine(surprise: np.ndarray) -> np.ndarray:
+        s = np.asarray(surprise, dtype=np.float64)
+        seen = np.isfinite(s) | np.isposinf(s)
+        k = seen.sum(axis=1).astype(np.float64)
+        x = 2 * np.where(seen, s, 0.0).sum(axis=1) * math.log(10.0)  # −2 Σ ln p
+        var, mean = 4 * k + k * (k - 1) * cov, 2 * k
+        with np.errstate(divide="ignore", invalid="ignore"):
+            c, f = var / (2 * mean), 2 * mean**2 / var  # x / c ~ χ² with f degrees of freedom
+            out = -np.log10(special.gammaincc(f / 2, x / (2 * c)))
+            far = ~np.isfinite(out) & (k > 0)  # log Q(a, z) ≈ (a − 1) ln z − z − ln Γ(a) where Q underflows
+            a, z = f[far] / 2, x[far] / (2 * c[far])
+            out[far] = -((a - 1) * np.log(z) - z - special.gammaln(a)) / math.log(10.0)
+        return np.where(k > 0, np.where(np.isposinf(x), np.inf, out), np.nan)
+
+    @contextmanager
+    def patches() -> Iterator[None]:
+        with mock.patch.object(detector_module, "combine_surprise", combine):
+            yield
+
+    return Prototype(patches)
+
+
+def signal_horizon(horizons: str = "1000/1000/500") -> Prototype:
+    """Each signal's statistics forget at a horizon of its own (``SignalStats.learn`` caps counts per column)."""
+    per_signal = np.array([int(h) for h in str(horizons).split("/")])
+    if len(per_signal) != len(SIGNALS):
+        raise SystemExit(f"signal-horizon needs {len(SIGNALS)} horizons ({'/'.join(SIGNALS)}), got {horizons!r}")
+    init = SignalStats.__init__
+
+    def on_init(self: SignalStats, k: int, *args, **kwargs) -> None:
+        init(self, k, *args, **kwargs)
+        self.horizon = per_signal[:k]  # broadcast over the [n, K] counts
+
+    @contextmanager
+    def patches() -> Iterator[None]:
+        with mock.patch.object(SignalStats, "__init__", on_init):
+            yield
+
+    return Prototype(patches)
+
+
+def _levels(x: np.ndarray, span: int, gap: int = 0, lag: int = 0) -> np.ndarray:
+    """``deviation``'s level of each reading of one channel ``[T]`` against its last ``span`` readings, less the
+    ``gap`` before it; with ``lag``, of the differences ``x_t − x_{t−lag}`` instead."""
+    if lag:
+        x = np.concatenate([np.full(lag, np.nan), x[lag:] - x[:-lag]])
+    windows = sliding_window_view(np.concatenate([np.full(span - 1, np.nan), x]), span)
+    if gap:
+        windows = np.concatenate([np.full((len(windows), gap), np.nan), windows[:, : span - 1 - gap], windows[:, -1:]],
+                                 axis=1)  # fmt: skip
+    return window_deviation(windows[:, :, None])[:, 0, 0]
+
+
+def _period(x: np.ndarray, acf: float, pmax: int) -> int:
+    """The lag of the first-found highest autocorrelation peak of at least ``acf`` (0: none)."""
+    x = x[np.isfinite(x)]
+    if len(x) < 64 or not np.std(x):
+        return 0
+    x = x - x.mean()
+    spectrum = np.fft.rfft(x, 2 * len(x))
+    ac = np.fft.irfft(spectrum * np.conj(spectrum))[: len(x)]
+    ac = ac / ac[0]
+    best, lag = acf, 0
+    for p in range(4, min(pmax, len(x) // 2)):
+        if ac[p] > best and ac[p] >= ac[p - 1] and ac[p] >= ac[p + 1]:
+            best, lag = ac[p], p
+    return lag
+
+
+def _with_levels(stream: Stream, tape: list, level: Callable[[np.ndarray], np.ndarray]) -> list:
+    """The tape with each step's ``deviation`` level replaced by ``level`` of its channel's raw values at its row.
+
+    Sepsis streams keep their tape: the ICU model's window (49) is shorter than ``deviation_window``, which the raw
+    sliding windows here assume."""
+    if stream.category == "sepsis":
+        return tape
+    levels = [level(stream.values[:, c].astype(np.float64)) for c in range(stream.values.shape[1])]
+    out, row = [], -1
+    for call in tape:
+        if call[0] == "row":
+            row = call[1]
+        elif call[0] == "step" and row >= 0 and call[6] is not None:
+            deviation = call[6].copy()  # [m, 2, C]: a lane per channel ([m, 2, 1]) or one lane of every channel
+            if deviation.shape[2] == 1:
+                deviation[:, 0, 0] = [levels[int(lane)][row] for lane in call[2]]
+            else:
+                deviation[0, 0, :] = [level[row] for level in levels]
+            call = (*call[:6], deviation)
+        out.append(call)
+    return out
+
+
+def window_gap(gap: int = 4) -> Prototype:
+    """``deviation``'s level against the window less the ``gap`` readings before the scored one."""
+    span = DetectorConfig().deviation_window
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        return _with_levels(stream, tape, lambda x: _levels(x, span, int(gap)))
+
+    return Prototype(_no_patches, rewrite)
+
+
+def seasonal(acf: float = 0.3, pmax: int = 1000) -> Prototype:
+    """``deviation``'s level is also the reading's against the one a period earlier, where the stream has a period."""
+    span = DetectorConfig().deviation_window
+
+    def level(x: np.ndarray) -> np.ndarray:
+        lag = _period(x[: max(probation(len(x)), 200)], acf, int(pmax))
+        return np.fmax(_levels(x, span), _levels(x, span, lag=lag)) if lag else _levels(x, span)
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        return _with_levels(stream, tape, level)
+
+    return Prototype(_no_patches, rewrite)
+
+
+@contextmanager
+def _no_patches() -> Iterator[None]:
+    yield
+
+
+PROTOTYPES: dict[str, Callable[..., Prototype]] = {
+    "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "window-gap": window_gap,
+    "seasonal": seasonal,
+}  # fmt: skip
+
+
+def parse(spec: str) -> Prototype:
+    """A prototype from ``KIND:key=value;...`` (values are numbers, or ``/``-separated for ``horizons``)."""
+    kind, _, rest = spec.partition(":")
+    if kind not in PROTOTYPES:
+        raise ValueError(f"unknown prototype {kind!r}: choose from {', '.join(PROTOTYPES)}")
+    params: dict[str, float | str] = {}
+    for item in filter(None, rest.split(";")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"prototype option {item!r} must be key=value")
+        params[key.strip()] = value.strip() if "/" in value else float(value)
+    try:
+        return PROTOTYPES[kind](**params)
+    except TypeError as exc:
+        raise ValueError(f"prototype {spec!r}: {exc}") from exc
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    dr.add_arguments(parser)
+    parser.add_argument("--prototypes", nargs="+", required=True, metavar="KIND:key=value;...",
+                        help=f"prototypes to replay ({', '.join(PROTOTYPES)})")
+    args = parser.parse_args()
+    try:
+        prototypes = {spec: parse(spec) for spec in args.prototypes}
+    except ValueError as exc:
+        parser.error(str(exc))
+    bench = dr.Bench.load(args)
+    if args.check:
+        bench.check()
+    results = bench.results("python bench/detector_prototypes.py " + " ".join(
+        ["--quick"] * args.quick + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
+        + ["--prototypes", *(f"'{p}'" for p in args.prototypes)]), args)  # fmt: skip
+    began = time.perf_counter()
+    bench.score(results, "trep", bench.run(DetectorConfig()), began)
+    for spec, prototype in prototypes.items():
+        began = time.perf_counter()
+        tapes = None if prototype.rewrite is None else [
+            prototype.rewrite(s, t) for s, t in zip(bench.streams, bench.tapes)]
+        with prototype.patches():
+            bench.score(results, spec, bench.run(DetectorConfig(), tapes), began)
+    bench.finish(results, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""bench/detector_prototypes.py: prototypes change only what they name, and only while they replay."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trep_edge.runtime.core.detector import AlertGate, DetectorConfig
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.training.evaluation.detection_corpus import Stream
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))  # the script imports its sibling detector_replay, as when it runs
+import detector_prototypes as prototypes  # noqa: E402
+
+replay = prototypes.dr.replay
+
+
+def _stream() -> Stream:
+    rng = np.random.default_rng(5)
+    t = np.arange(900)
+    values = (np.sin(2 * np.pi * t / 60) + rng.normal(0, 0.1, len(t)))[:, None]
+    values[700:760, 0] += 0.25 * np.sin(np.linspace(0, np.pi, 60))  # a cycle a little out of shape
+    return Stream("one", "synthetic", ["c0"], values, [(700, 759)])
+
+
+@pytest.mark.parametrize("spec", ["nope:x=1", "brown:rho", "window-gap:span=3"])
+def test_a_bad_prototype_is_refused_by_name(spec):
+    with pytest.raises(ValueError, match="prototype"):
+        prototypes.parse(spec)
+
+
+def test_window_gap_zero_rebuilds_the_captured_deviation(tmp_path):
+    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
+    stream = _stream()
+    tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
+    rebuilt = prototypes.parse("window-gap:gap=0").rewrite(stream, tape)
+    captured = [c[6][:, 0] for c in tape if c[0] == "step" and c[6] is not None]
+    again = [c[6][:, 0] for c in rebuilt if c[0] == "step" and c[6] is not None]
+    assert len(captured) == len(again) > 800
+    # the monitor windows float32 scaled readings; the level is invariant to the scaling up to that rounding
+    np.testing.assert_allclose(np.concatenate(again), np.concatenate(captured), rtol=1e-4, atol=1e-6)
+    moved = prototypes.parse("window-gap:gap=16").rewrite(stream, tape)
+    assert not np.allclose(np.concatenate([c[6][:, 0] for c in moved if c[0] == "step" and c[6] is not None]),
+                           np.concatenate(captured), equal_nan=True)  # fmt: skip
+
+
+def test_quiet_record_adds_alerts_only_while_patched(tmp_path):
+    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
+    stream = _stream()
+    tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
+    config = DetectorConfig().with_overrides("threshold=50")  # the committed path never alerts
+    decide = AlertGate.decide
+    with prototypes.parse("quiet-record:low=0.5;margin=0;after=100").patches():
+        (_, quiet), = replay([tape], config, engine.card.detector_prior, [len(stream.values)])
+    (_, plain), = replay([tape], config, engine.card.detector_prior, [len(stream.values)])
+    assert AlertGate.decide is decide
+    assert quiet.sum() >= 1 and plain.sum() == 0
+    gaps = np.diff(np.flatnonzero(quiet))
+    assert (gaps > config.refractory).all()  # the refractory period holds for the second path too
