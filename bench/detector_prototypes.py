@@ -12,9 +12,10 @@ same tapes.
 
 Prototypes (``KIND:key=value;...``, each key optional):
 
-- ``quiet-record`` (``low``, ``margin``, ``after``, ``decay``): a second way to alert, for streams whose anomalies
-  stay under the threshold: a score of at least ``low`` that beats every earlier score of the stream (less ``decay``
-  per reading since) by ``margin``, once the stream has ``after`` scored readings; the refractory period holds.
+- ``quiet-record`` (``low``, ``margin``, ``after``, ``decay``, ``start``): a second way to alert, for streams whose
+  anomalies stay under the threshold: a score of at least ``low`` that beats every earlier score of the stream from
+  its ``start``-th scored reading on (less ``decay`` per reading since; 0: from the end of warm-up) by ``margin``,
+  once the stream has ``after`` scored readings; the refractory period holds.
 - ``brown`` (``rho``): Brown's method instead of Fisher's: the χ² statistic rescaled for signals correlated at
   ``rho`` (Kost and McDermott's polynomial for the covariance of ``−2 ln p``).
 - ``signal-horizon`` (``horizons``, ``/``-separated in ``SIGNALS`` order): each signal's statistics with a horizon
@@ -57,8 +58,10 @@ class Prototype:
     rewrite: Callable[[Stream, list], list] | None = None
 
 
-def quiet_record(low: float = 3.5, margin: float = 0.5, after: float = 500, decay: float = 0.0) -> Prototype:
-    """A score of at least ``low`` that beats the stream's decayed record of all its scores by ``margin`` alerts."""
+def quiet_record(
+    low: float = 3.5, margin: float = 0.5, after: float = 500, decay: float = 0.0, start: float = 0
+) -> Prototype:
+    """A score of at least ``low`` that beats the stream's decayed record of its scores by ``margin`` alerts."""
     decide, reset = AlertGate.decide, AlertGate.reset_streams
 
     def best_of(gate: AlertGate) -> np.ndarray:
@@ -80,7 +83,7 @@ def quiet_record(low: float = 3.5, margin: float = 0.5, after: float = 500, deca
                  & ~alert & ~in_run)  # fmt: skip
         self.since_[idx[quiet]] = 0
         self.spent_[idx[quiet]] += 1
-        best[idx] = np.where(judged, np.fmax(record, score), record)
+        best[idx] = np.where(judged & (count >= start), np.fmax(record, score), record)
         return alert | quiet, warming, learn & ~quiet
 
     def on_reset(self: AlertGate, streams: np.ndarray) -> None:
