@@ -243,7 +243,10 @@ def parse(spec: str) -> Prototype:
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"prototype option {item!r} must be key=value")
-        params[key.strip()] = value.strip() if "/" in value else float(value)
+        try:
+            params[key.strip()] = value.strip() if "/" in value else float(value)
+        except ValueError:
+            raise ValueError(f"prototype option {item!r} needs a number") from None
     try:
         return PROTOTYPES[kind](**params)
     except TypeError as exc:
@@ -264,7 +267,8 @@ def main() -> None:
     if args.check:
         bench.check()
     results = bench.results("python bench/detector_prototypes.py " + " ".join(
-        ["--quick"] * args.quick + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
+        ["--quick"] * args.quick + ["--check"] * args.check
+        + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
         + ["--prototypes", *(f"'{p}'" for p in args.prototypes)]), args)  # fmt: skip
     began = time.perf_counter()
     bench.score(results, "trep", bench.run(DetectorConfig()), began)

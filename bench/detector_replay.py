@@ -226,6 +226,11 @@ class Bench:
         print(f"captured or loaded {len(streams)} tapes in {time.perf_counter() - started:.0f} s", flush=True)
         return cls(streams, tapes, committed, priors, groups, started)
 
+    @property
+    def categories(self) -> list[str]:
+        """The corpus categories present, in table order."""
+        return sorted({s.category for s in self.streams})
+
     def run(self, config: DetectorConfig, tapes: list[list] | None = None) -> list[Output]:
         """Every stream's output from a detector of ``config`` replaying its tape (or the given stand-ins)."""
         tapes = self.tapes if tapes is None else tapes
@@ -245,15 +250,14 @@ class Bench:
 
     def results(self, command: str, args: argparse.Namespace) -> dict:
         """An empty results record (``detection.markdown``'s layout) for rows to be added by ``score``."""
-        categories = sorted({s.category for s in self.streams})
         return {"command": command, "rows": {}, "seconds": {},
-                "streams": {c: sum(s.category == c for s in self.streams) for c in categories},
+                "streams": {c: sum(s.category == c for s in self.streams) for c in self.categories},
                 "model": f"each stream's own, from {args.per_stream}" if args.per_stream else args.model,
                 "icu_model": args.icu_model}  # fmt: skip
 
     def score(self, results: dict, name: str, outputs: list[Output], began: float) -> None:
         """Add one row of outputs to ``results`` and print its headline."""
-        categories = sorted({s.category for s in self.streams})
+        categories = self.categories
         results["seconds"][name] = time.perf_counter() - began
         groups = {"overall": categories} | {c: [c] for c in categories}
         results["rows"][name] = summarise_groups(outputs, self.streams, groups)

@@ -26,7 +26,7 @@ def _stream() -> Stream:
     return Stream("one", "synthetic", ["c0"], values, [(700, 759)])
 
 
-@pytest.mark.parametrize("spec", ["nope:x=1", "brown:rho", "window-gap:span=3"])
+@pytest.mark.parametrize("spec", ["nope:x=1", "brown:rho", "brown:rho=high", "window-gap:span=3"])
 def test_a_bad_prototype_is_refused_by_name(spec):
     with pytest.raises(ValueError, match="prototype"):
         prototypes.parse(spec)
