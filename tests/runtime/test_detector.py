@@ -281,6 +281,36 @@ def test_the_alert_budget_survives_a_save_and_restore_and_an_old_state_starts_it
     assert AlertGate.from_state(old).spent_.tolist() == [0.0]
 
 
+def test_a_quiet_streams_highest_score_yet_alerts_below_the_threshold():
+    def gate(quiet: float = 3.0) -> AlertGate:
+        return AlertGate(threshold=4.0, min_count=2, refractory=5, protect=10, quiet=quiet, quiet_margin=0.25,
+                         quiet_after=6, quiet_start=3, n_streams=1)  # fmt: skip
+
+    # Scores that never reach the threshold. 3.2 (reading 2) is the first best (readings 0 and 1 come before
+    # quiet_start) and comes before quiet_after; 3.4 (7) is within the margin of it; 3.8 (8) beats the best, now 3.4,
+    # by more than 0.25 and alerts; 3.9 (10) is within the refractory period but becomes the best.
+    low = [1.0, 1.0, 3.2, 1.0, 1.0, 1.0, 1.0, 3.4, 3.8, 1.0, 3.9]
+    g = gate()
+    decisions = [g.decide(rows(0), np.array([s])) for s in low]
+    assert [i for i, (alert, _, _) in enumerate(decisions) if alert[0]] == [8]
+    assert not decisions[8][2][0]  # the alerting reading is not learned
+    assert g.best_.tolist() == [3.9]
+    off = gate(0.0)
+    assert not any(off.decide(rows(0), np.array([s]))[0][0] for s in low)
+    # A score at the threshold alerts as before, and a quiet alert is not possible below `quiet` however new.
+    g = gate(3.9)
+    assert [i for i, s in enumerate(low + [4.2]) if g.decide(rows(0), np.array([s]))[0][0]] == [11]
+
+    # Save and restore mid-stream equals an uninterrupted run; a checkpoint from before the quiet path starts it fresh.
+    first = gate()
+    got = [bool(first.decide(rows(0), np.array([s]))[0][0]) for s in low[:5]]
+    restored = AlertGate.from_state(first.state_dict())
+    got += [bool(restored.decide(rows(0), np.array([s]))[0][0]) for s in low[5:]]
+    assert [i for i, a in enumerate(got) if a] == [8]
+    old = {k: v for k, v in first.state_dict().items() if k != "best_"}
+    assert AlertGate.from_state(old).best_.tolist() == [-np.inf]
+
+
 def test_run_peaks_count_alerted_runs_once_each_and_survive_a_save_and_restore():
     def gate():
         return AlertGate(threshold=1.0, min_count=1, refractory=0, protect=10, peaks=2, peak_decay=0.0, n_streams=1)
@@ -497,7 +527,9 @@ def test_the_general_model_finds_a_jump_inside_a_daily_cycles_range_by_its_step_
     engine = load_engine(Path(__file__).resolve().parents[2] / "models" / "general.onnx", "cpu")
     alerts = np.flatnonzero(detect_recording(engine, x[:, None]).alerts)
     assert len(alerts) == 1 and at <= alerts[0] < at + 100
-    assert not detect_recording(engine, x[:, None], DetectorConfig(step_record=0)).alerts.any()
+    # The level alone misses the jump (with the quiet path off: its alert here, 100 readings after the shift ended,
+    # is not the jump's).
+    assert not detect_recording(engine, x[:, None], DetectorConfig(step_record=0, quiet=0)).alerts.any()
 
 
 def test_a_state_saved_before_the_step_record_loads_with_a_fresh_one():

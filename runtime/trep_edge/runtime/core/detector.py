@@ -167,6 +167,13 @@ class DetectorConfig:
             and the longer memory halved what the benchmark's heart-beat recordings lost without costing any
             stream of several faults (docs/detection.md, the budget-span round).
         budget_cost: surprise added to the bar for a new alert per recent alert beyond ``budget``; 0 = no budget.
+        quiet: the least score at which a stream's highest score yet alerts below ``threshold`` (``AlertGate``: a
+            second way to alert, for subtle faults on streams that never get loud); 0 disables it. Under models
+            trained on one stream it found a distorted cycle and a jitter that were their streams' top scores at
+            3.45 and 3.7, with no false alarm added (docs/detection.md, the quiet-record round).
+        quiet_margin: surprise by which such a score must beat every earlier score of the stream since its
+            ``min_count``-th scored reading (the first windows are mostly padding).
+        quiet_after: scored readings a stream needs before its highest score yet may alert this way.
         deviation_window: the last readings of the model's window that ``deviation`` judges the reading against
             (``window_deviation``; a shorter model window is used whole); 0 = the whole window. The window is the
             model's choice (201 for a model exported with the defaults, 128 for the general model, 49 for the ICU
@@ -203,6 +210,9 @@ class DetectorConfig:
     budget: float = 8.0
     budget_span: int = 40_000
     budget_cost: float = 1.0
+    quiet: float = 3.3
+    quiet_margin: float = 0.25
+    quiet_after: int = 300
     deviation_window: int = 128
 
     def __post_init__(self) -> None:
@@ -219,10 +229,11 @@ class DetectorConfig:
                 raise ValueError(f"detector {name} must be >= 1, got {getattr(self, name)}")
         if self.tail_dof < 0 or self.tail_dof % 2:
             raise ValueError(f"detector tail_dof must be even and >= 2, or 0 for the Gaussian tail, got {self.tail_dof}")
-        for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn", "peaks"):
+        for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn", "peaks",
+                     "quiet_after"):
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
-        for name in ("record_decay", "peak_decay", "budget", "budget_cost"):
+        for name in ("record_decay", "peak_decay", "budget", "budget_cost", "quiet", "quiet_margin"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be finite and >= 0, got {getattr(self, name)}")
         if math.isnan(self.record_cap) or self.record_cap <= 0:
@@ -623,23 +634,31 @@ class AlertGate(StreamState):
     With ``budget_cost`` > 0 a stream that has spent its alert budget (more than ``budget`` recent alerts, counted
     with an exponential decay over ``budget_span`` readings) alerts only where the score also beats the bar by
     ``budget_cost`` per alert beyond it; the bar that decides which readings are hot (and learned) stays as it is.
+    With ``quiet`` > 0 a stream also alerts, outside the refractory period and once it has ``quiet_after`` scored
+    readings, on a score of at least ``quiet`` (below the threshold) that beats its *best*, the highest score of its
+    readings since the ``quiet_start``-th, by ``quiet_margin``: run peaks and the record raise the bar for a stream
+    that keeps getting loud, and this lowers it for one that never does, whose subtle fault is its highest surprise
+    yet. Such an alert counts against the budget and is not learned, like any other.
     State: ``record_`` ``[S]`` (the record, −inf before any), ``scored_`` (scored readings), ``since_``
     (readings since the last alert, capped at ``refractory + 1``), ``hot_`` (readings at or above the bar in a row,
     capped above ``protect`` and ``debounce``), ``alerted_`` (the current run has alerted), ``run_`` (the peak of
     the current run at or above the threshold, −inf outside one), ``peaks_`` ``[S, peaks]`` (remembered run peaks,
-    decayed; −inf = none), ``spent_`` (recent alerts, decayed).
+    decayed; −inf = none), ``spent_`` (recent alerts, decayed), ``best_`` (the best score, −inf before any).
     """
 
     def __init__(
         self, threshold: float, min_count: int, refractory: int, protect: int, debounce: int = 1,
         record_decay: float = 0.0, record_cap: float = math.inf, peaks: int = 0, peak_decay: float = 0.0,
-        budget: float = 0.0, budget_span: int = 1, budget_cost: float = 0.0, n_streams: int = 0,
+        budget: float = 0.0, budget_span: int = 1, budget_cost: float = 0.0, quiet: float = 0.0,
+        quiet_margin: float = 0.0, quiet_after: int = 0, quiet_start: int = 0, n_streams: int = 0,
     ) -> None:  # fmt: skip
         self.threshold, self.min_count = float(threshold), int(min_count)
         self.refractory, self.protect, self.debounce = int(refractory), int(protect), int(debounce)
         self.record_decay, self.record_cap = float(record_decay), float(record_cap)
         self.peaks, self.peak_decay = int(peaks), float(peak_decay)
         self.budget, self.budget_span, self.budget_cost = float(budget), int(budget_span), float(budget_cost)
+        self.quiet, self.quiet_margin = float(quiet), float(quiet_margin)
+        self.quiet_after, self.quiet_start = int(quiet_after), int(quiet_start)
         self._keep = math.exp(-1.0 / self.budget_span)  # the recent-alert count's decay per reading
         super().__init__(n_streams)
 
@@ -653,13 +672,16 @@ class AlertGate(StreamState):
             "run_": np.full(n, -np.inf),
             "peaks_": np.full((n, self.peaks), -np.inf),
             "spent_": np.zeros(n),
+            "best_": np.full(n, -np.inf),
         }
 
     def _config(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "min_count": self.min_count, "refractory": self.refractory,
                 "protect": self.protect, "debounce": self.debounce, "record_decay": self.record_decay,
                 "record_cap": self.record_cap, "peaks": self.peaks, "peak_decay": self.peak_decay,
-                "budget": self.budget, "budget_span": self.budget_span, "budget_cost": self.budget_cost}  # fmt: skip
+                "budget": self.budget, "budget_span": self.budget_span, "budget_cost": self.budget_cost,
+                "quiet": self.quiet, "quiet_margin": self.quiet_margin, "quiet_after": self.quiet_after,
+                "quiet_start": self.quiet_start}  # fmt: skip
 
     def decide(self, idx: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return (alert, warming, learn) for one reading per selected stream, and advance the state."""
@@ -679,6 +701,13 @@ class AlertGate(StreamState):
         alert = (hot_run >= self.debounce) & (since > self.refractory) & ~(self.alerted_[idx] & hot)
         if self.budget_cost:  # over budget, a new alert must also beat the bar by the cost of each alert beyond it
             alert &= score >= bar + self.budget_cost * np.maximum(spent - self.budget, 0.0)
+        quiet = np.zeros(len(idx), dtype=bool)
+        if self.quiet:
+            best = self.best_[idx]
+            quiet = (scored & ~warming & ~alert & ~self.alerted_[idx] & (since > self.refractory)
+                     & (count >= self.quiet_after) & (score >= self.quiet) & (score >= best + self.quiet_margin))
+            self.best_[idx] = np.where(scored & ~warming & (count >= self.quiet_start), np.fmax(best, score), best)
+            alert = alert | quiet
         self.alerted_[idx] = hot & (self.alerted_[idx] | alert)
         normal = scored & ~warming & ~self.alerted_[idx]
         self.record_[idx] = np.where(normal, np.fmax(record, np.fmin(score, self.record_cap)), record)
@@ -687,7 +716,7 @@ class AlertGate(StreamState):
         self.since_[idx] = np.where(alert, 0, since)
         self.hot_[idx] = hot_run
         self.spent_[idx] = spent + alert
-        return alert, warming, ~hot | (hot_run > self.protect)
+        return alert, warming, (~hot | (hot_run > self.protect)) & ~quiet
 
     def _remember_peaks(self, idx: np.ndarray, level: np.ndarray, score: np.ndarray, peaks: np.ndarray) -> None:
         """Follow each stream's run at or above the threshold; when it ends, its peak replaces the lowest
@@ -743,7 +772,8 @@ class Detector:
         # A prior stands for that many readings of the stream's own warm-up, never for its first min_warmup.
         warmup = c.min_count if prior is None else max(c.min_count - prior.count, min(c.min_warmup, c.min_count))
         self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect, c.debounce, c.record_decay,
-                              c.record_cap, c.peaks, c.peak_decay, c.budget, c.budget_span, c.budget_cost)
+                              c.record_cap, c.peaks, c.peak_decay, c.budget, c.budget_span, c.budget_cost, c.quiet,
+                              c.quiet_margin, c.quiet_after, c.min_count)  # fmt: skip
 
     def _lane_parts(self) -> tuple[StreamState, ...]:
         return (self.memory, self.stats, self.steps)
