@@ -1,14 +1,15 @@
-"""Detector ideas measured and not adopted, rerun from the repository on the benchmark's tapes.
+"""Detector ideas measured as prototypes, rerun from the repository on the benchmark's tapes.
 
 docs/detection.md records ideas that lost. A setting of ``DetectorConfig`` is replayed by ``bench/detector_replay.py``;
 an idea that is not a setting needs code the runtime does not keep. Each prototype here changes one part of the
 committed detector for the length of a run — its alert decision, how a lane's signal surprises combine, how fast
 each signal's statistics forget, or the ``deviation`` input a tape feeds it — and replays the benchmark's captured
 tapes through it, scored by the benchmark's own metrics. The first row, ``trep``, is the committed detector on the
-same tapes.
+same tapes; the prototypes patch the detector of ``--base`` settings (default: the committed ones). The quiet-record
+round's rows were measured before the quiet path shipped (``quiet``): ``--base 'quiet=0'`` reruns them as they were.
 
-    python bench/detector_prototypes.py --quick --prototypes 'quiet-record:low=3.5;margin=0.5;after=500' \\
-        'brown:rho=0.4' 'signal-horizon:horizons=1000/1000/500' 'window-gap:gap=4' 'seasonal:acf=0.6'
+    python bench/detector_prototypes.py --quick --base 'quiet=0' --prototypes \\
+        'quiet-record:low=3.5;margin=0.5;after=500' 'brown:rho=0.4' 'window-gap:gap=4' 'seasonal:acf=0.6'
 
 Prototypes (``KIND:key=value;...``, each key optional):
 
@@ -258,9 +259,12 @@ def main() -> None:
     dr.add_arguments(parser)
     parser.add_argument("--prototypes", nargs="+", required=True, metavar="KIND:key=value;...",
                         help=f"prototypes to replay ({', '.join(PROTOTYPES)})")
+    parser.add_argument("--base", default="", metavar="key=value;...",
+                        help="detector settings the prototypes patch (default: the committed ones)")
     args = parser.parse_args()
     try:
         prototypes = {spec: parse(spec) for spec in args.prototypes}
+        base = DetectorConfig().with_overrides(args.base)
     except ValueError as exc:
         parser.error(str(exc))
     bench = dr.Bench.load(args)
@@ -269,7 +273,8 @@ def main() -> None:
     results = bench.results("python bench/detector_prototypes.py " + " ".join(
         ["--quick"] * args.quick + ["--check"] * args.check
         + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
-        + ["--prototypes", *(f"'{p}'" for p in args.prototypes)]), args)  # fmt: skip
+        + ["--base", f"'{args.base}'"] * bool(args.base) + ["--prototypes", *(f"'{p}'" for p in args.prototypes)]),
+        args)  # fmt: skip
     began = time.perf_counter()
     bench.score(results, "trep", bench.run(DetectorConfig()), began)
     for spec, prototype in prototypes.items():
@@ -277,7 +282,7 @@ def main() -> None:
         tapes = None if prototype.rewrite is None else [
             prototype.rewrite(s, t) for s, t in zip(bench.streams, bench.tapes)]
         with prototype.patches():
-            bench.score(results, spec, bench.run(DetectorConfig(), tapes), began)
+            bench.score(results, spec, bench.run(base, tapes), began)
     bench.finish(results, args.out)
 
 

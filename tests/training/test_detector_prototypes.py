@@ -51,7 +51,7 @@ def test_quiet_record_adds_alerts_only_while_patched(tmp_path):
     engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
     stream = _stream()
     tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
-    config = DetectorConfig().with_overrides("threshold=50")  # the committed path never alerts
+    config = DetectorConfig().with_overrides("threshold=50;quiet=0")  # the committed gate never alerts
     decide = AlertGate.decide
     with prototypes.parse("quiet-record:low=0.5;margin=0;after=100").patches():
         (_, quiet), = replay([tape], config, engine.card.detector_prior, [len(stream.values)])
