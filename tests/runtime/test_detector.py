@@ -297,6 +297,9 @@ def test_a_quiet_streams_highest_score_yet_alerts_below_the_threshold():
     assert g.best_.tolist() == [3.9]
     off = gate(0.0)
     assert not any(off.decide(rows(0), np.array([s]))[0][0] for s in low)
+    debounced = AlertGate(threshold=4.0, min_count=2, refractory=5, protect=10, debounce=2, quiet=3.0,
+                          quiet_margin=0.25, quiet_after=6, quiet_start=3, n_streams=1)  # fmt: skip
+    assert not any(debounced.decide(rows(0), np.array([s]))[0][0] for s in low)  # persistence asked for: off
     # A score at the threshold alerts as before, and a quiet alert is not possible below `quiet` however new.
     g = gate(3.9)
     assert [i for i, s in enumerate(low + [4.2]) if g.decide(rows(0), np.array([s]))[0][0]] == [11]

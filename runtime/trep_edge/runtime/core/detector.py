@@ -170,7 +170,8 @@ class DetectorConfig:
         quiet: the least score at which a stream's highest score yet alerts below ``threshold`` (``AlertGate``: a
             second way to alert, for subtle faults on streams that never get loud); 0 disables it. Under models
             trained on one stream it found a distorted cycle and a jitter that were their streams' top scores at
-            3.45 and 3.7, with no false alarm added (docs/detection.md, the quiet-record round).
+            3.45 and 3.7, with no false alarm added (docs/detection.md, the quiet-record round). Off with
+            ``debounce`` > 1, which asks for persistence that one reading cannot show.
         quiet_margin: surprise by which such a score must beat every earlier score of the stream since its
             ``min_count``-th scored reading (the first windows are mostly padding).
         quiet_after: scored readings a stream needs before its highest score yet may alert this way.
@@ -638,7 +639,8 @@ class AlertGate(StreamState):
     readings, on a score of at least ``quiet`` (below the threshold) that beats its *best*, the highest score of its
     readings since the ``quiet_start``-th, by ``quiet_margin``: run peaks and the record raise the bar for a stream
     that keeps getting loud, and this lowers it for one that never does, whose subtle fault is its highest surprise
-    yet. Such an alert counts against the budget and is not learned, like any other.
+    yet. Such an alert counts against the budget and is not learned, like any other. It judges single readings, so
+    with ``debounce`` > 1 (persistence asked for) it is off.
     State: ``record_`` ``[S]`` (the record, −inf before any), ``scored_`` (scored readings), ``since_``
     (readings since the last alert, capped at ``refractory + 1``), ``hot_`` (readings at or above the bar in a row,
     capped above ``protect`` and ``debounce``), ``alerted_`` (the current run has alerted), ``run_`` (the peak of
@@ -702,7 +704,7 @@ class AlertGate(StreamState):
         if self.budget_cost:  # over budget, a new alert must also beat the bar by the cost of each alert beyond it
             alert &= score >= bar + self.budget_cost * np.maximum(spent - self.budget, 0.0)
         quiet = np.zeros(len(idx), dtype=bool)
-        if self.quiet:
+        if self.quiet and self.debounce == 1:  # it judges single readings: no way round a debounce asked for
             best = self.best_[idx]
             quiet = (scored & ~warming & ~alert & ~self.alerted_[idx] & (since > self.refractory)
                      & (count >= self.quiet_after) & (score >= self.quiet) & (score >= best + self.quiet_margin))
