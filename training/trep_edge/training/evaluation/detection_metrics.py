@@ -63,14 +63,26 @@ class NabCounts:
     perfect: float
 
 
-def nab_stream(detections: np.ndarray, events: list[tuple[int, int]], profile: str = "standard") -> NabCounts:
-    """The raw NAB score of one stream's boolean detections ``[T]`` (module docstring)."""
-    a_tp, a_fp, a_fn = PROFILES[profile]
+@dataclass
+class NabParts:
+    """One stream's NAB score taken apart: what each found window earned, what each false alarm cost, and the
+    windows missed. ``nab_stream``'s raw score is ``sum(rewards) + sum(costs) − A_FN · missed``."""
+
+    rewards: list[float]
+    costs: list[tuple[int, float]]  # (row, its cost: ≤ 0)
+    missed: int
+    windows: int
+
+
+def nab_parts(detections: np.ndarray, events: list[tuple[int, int]], profile: str = "standard") -> NabParts:
+    """The parts of one stream's raw NAB score for boolean detections ``[T]`` (module docstring)."""
+    a_tp, a_fp, _ = PROFILES[profile]
     detections = np.asarray(detections, dtype=bool)
     length = len(detections)
     windows = nab_windows(length, events)
     found = [False] * len(windows)
-    raw = 0.0
+    rewards: list[float] = []
+    costs: list[tuple[int, float]] = []
     for i in np.flatnonzero(detections[probation(length) :]) + probation(length):
         inside = [k for k, (a, b) in enumerate(windows) if a <= i <= b]
         if inside:
@@ -78,16 +90,23 @@ def nab_stream(detections: np.ndarray, events: list[tuple[int, int]], profile: s
             if not found[k]:
                 a, b = windows[k]
                 found[k] = True
-                raw += a_tp * float(scaled_sigmoid(-(b - i) / max(b - a, 1)))
+                rewards.append(a_tp * float(scaled_sigmoid(-(b - i) / max(b - a, 1))))
             continue
         before = [(a, b) for a, b in windows if b < i]
         if before:
             a, b = before[-1]
-            raw += a_fp * float(scaled_sigmoid((i - b) / max(b - a, 1)))
+            costs.append((int(i), a_fp * float(scaled_sigmoid((i - b) / max(b - a, 1)))))
         else:
-            raw -= a_fp
-    raw -= a_fn * found.count(False)
-    return NabCounts(raw, -a_fn * len(windows), a_tp * float(scaled_sigmoid(-1.0)) * len(windows))
+            costs.append((int(i), -a_fp))
+    return NabParts(rewards, costs, found.count(False), len(windows))
+
+
+def nab_stream(detections: np.ndarray, events: list[tuple[int, int]], profile: str = "standard") -> NabCounts:
+    """The raw NAB score of one stream's boolean detections ``[T]`` (module docstring)."""
+    a_tp, _, a_fn = PROFILES[profile]
+    parts = nab_parts(detections, events, profile)
+    raw = sum(parts.rewards) + sum(cost for _, cost in parts.costs) - a_fn * parts.missed
+    return NabCounts(raw, -a_fn * parts.windows, a_tp * float(scaled_sigmoid(-1.0)) * parts.windows)
 
 
 def nab_score(

@@ -1,0 +1,112 @@
+"""Where a detector's NAB points go, per category: missed events, late detections, false alarms, and when the false
+alarms come.
+
+The standard NAB score is ``100 − (points lost)``, and every lost point has one of three causes: a window without a
+detection (it costs ``A_TP·σ(−1) + A_FN`` against a perfect detector's first-row detection), a window found after
+its first row (``A_TP·σ(−1)`` less what the detection earned), or a false alarm (its cost). This script replays the
+benchmark's tapes (``bench/detector_replay.py``: the same corpus, models and options) through each detector variant
+and splits its score that way (the three columns add up to ``100 −`` its NAB standard score), then counts false
+alarms per 1,000 readings outside event windows in blocks of readings after probation: a detector whose statistics
+are still settling, or that judges a model on the data it was trained on, alerts more in the first blocks.
+
+    python bench/detector_losses.py --quick --per-stream --variants 'decay-0.003:record_decay=0.003'
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+import detector_replay as dr
+from trep_edge.runtime.core.detector import DetectorConfig
+from trep_edge.training.evaluation.detection_corpus import Stream
+from trep_edge.training.evaluation.detection_metrics import PROFILES, nab_parts, nab_windows, probation, scaled_sigmoid
+
+BLOCKS = 8  # blocks of readings after probation in the false-alarm timeline
+
+
+def losses(streams: list[Stream], alerts: list[np.ndarray]) -> dict[str, float]:
+    """NAB standard points lost to misses, to late detections and to false alarms over ``streams`` (they sum to
+    ``100 −`` the score), and the counts behind them."""
+    a_tp, _, a_fn = PROFILES["standard"]
+    best = a_tp * float(scaled_sigmoid(-1.0))
+    missed = late = false = 0.0
+    found = misses = alarms = windows = 0
+    for stream, detections in zip(streams, alerts):
+        parts = nab_parts(detections, stream.events)
+        windows += parts.windows
+        misses += parts.missed
+        found += len(parts.rewards)
+        alarms += len(parts.costs)
+        missed += parts.missed * (best + a_fn)
+        late += sum(best - r for r in parts.rewards)
+        false -= sum(cost for _, cost in parts.costs)
+    scale = 100.0 / max(windows * (best + a_fn), 1e-12)  # 100 / (perfect − null)
+    return {"windows": windows, "found": found, "missed": misses, "false alarms": alarms,
+            "lost: missed": missed * scale, "lost: late": late * scale, "lost: false alarms": false * scale}  # fmt: skip
+
+
+def timeline(streams: list[Stream], alerts: list[np.ndarray], block: int) -> list[float]:
+    """False alarms per 1,000 readings outside event windows, in blocks of ``block`` readings after probation (the
+    last block: everything after), over the streams that reach the last block (the same streams in every block:
+    short streams, such as ICU stays of a few dozen hours, would otherwise crowd the first)."""
+    count, seen = np.zeros(BLOCKS), np.zeros(BLOCKS)
+    for stream, detections in zip(streams, alerts):
+        n = len(detections)
+        if n - probation(n) < BLOCKS * block:
+            continue
+        outside = np.ones(n, dtype=bool)
+        for a, b in nab_windows(n, stream.events):
+            outside[a : b + 1] = False
+        start = probation(n)
+        for k in range(BLOCKS):
+            lo, hi = start + k * block, (start + (k + 1) * block if k < BLOCKS - 1 else n)
+            seen[k] += outside[lo:hi].sum()
+            count[k] += (np.asarray(detections[lo:hi], dtype=bool) & outside[lo:hi]).sum()
+    return list(1000.0 * count / np.maximum(seen, 1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    dr.add_arguments(parser)
+    parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
+    parser.add_argument("--block", type=int, default=250, help="readings per block of the false-alarm timeline")
+    args = parser.parse_args()
+    if args.check:
+        parser.error("--check belongs to bench/detector_replay.py")
+    try:
+        variants = {"trep": DetectorConfig()} | DetectorConfig.variants(args.variants)
+    except ValueError as exc:
+        parser.error(str(exc))
+    bench = dr.Bench.load(args)
+    command = "python bench/detector_losses.py " + " ".join(
+        ["--quick"] * args.quick + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
+        + ["--block", str(args.block)] * (args.block != 250)
+        + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants))
+    keys = ["windows", "found", "missed", "false alarms", "lost: missed", "lost: late", "lost: false alarms"]
+    heads = [f"{k * args.block}–{(k + 1) * args.block}" for k in range(BLOCKS - 1)] + [f"{(BLOCKS - 1) * args.block}+"]
+    table = ["| detector | category | " + " | ".join(keys) + " |", "|---" * (len(keys) + 2) + "|"]
+    blocks = ["| detector | " + " | ".join(heads) + " |", "|---" * (BLOCKS + 1) + "|"]
+    for name, config in variants.items():
+        alerts = [alert for _, alert in bench.run(config)]
+        for category in ["overall", *bench.categories]:
+            pick = [k for k, s in enumerate(bench.streams) if category in ("overall", s.category)]
+            row = losses([bench.streams[k] for k in pick], [alerts[k] for k in pick])
+            table.append(f"| {name} | {category} | " + " | ".join(
+                f"{row[k]:.1f}" if k.startswith("lost") else str(row[k]) for k in keys) + " |")
+        rates = timeline(bench.streams, alerts, args.block)
+        blocks.append(f"| {name} | " + " | ".join(f"{r:.2f}" for r in rates) + " |")
+        reach = sum(len(s.values) - probation(len(s.values)) >= BLOCKS * args.block for s in bench.streams)
+        print(f"{name}: lost {table[-len(bench.categories) - 1]}", flush=True)
+    text = "\n".join([f"Command: `{command}`", "", "NAB standard points lost (they sum to 100 − the score):", "",
+                      *table, "", f"False alarms per 1,000 readings outside event windows, by readings after "
+                      f"probation ({reach} streams reach the last block):", "", *blocks, ""])  # fmt: skip
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

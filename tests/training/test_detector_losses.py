@@ -1,0 +1,57 @@
+"""bench/detector_losses.py: the points it says a detector lost add up to what the NAB score says it lost."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trep_edge.training.evaluation.detection_corpus import Stream
+from trep_edge.training.evaluation.detection_metrics import nab_score
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # the script imports its sibling, as it runs
+import detector_losses  # noqa: E402
+
+
+def _stream(n: int, events: list[tuple[int, int]]) -> Stream:
+    return Stream(f"s{n}", "synthetic", ["c0"], np.zeros((n, 1)), events)
+
+
+def _alerts(n: int, *rows: int) -> np.ndarray:
+    out = np.zeros(n, dtype=bool)
+    out[list(rows)] = True
+    return out
+
+
+def test_losses_add_up_to_the_nab_score_and_name_their_cause():
+    streams = [_stream(1000, [(500, 500)]), _stream(1000, [(700, 720)]), _stream(2000, [])]
+    alerts = [_alerts(1000, 460, 900), _alerts(1000), _alerts(2000, 400, 1500, 1600)]
+    row = detector_losses.losses(streams, alerts)
+    assert (row["windows"], row["found"], row["missed"], row["false alarms"]) == (2, 1, 1, 4)
+    lost = row["lost: missed"] + row["lost: late"] + row["lost: false alarms"]
+    assert lost == pytest.approx(100.0 - nab_score(alerts, [s.events for s in streams]))
+    assert row["lost: missed"] == pytest.approx(50.0)  # one of two windows: half of what separates null and perfect
+    assert row["lost: late"] > 0 and row["lost: false alarms"] > 0
+
+
+def test_a_perfect_detector_loses_nothing_and_a_silent_one_everything():
+    streams = [_stream(1000, [(500, 500)])]
+    assert detector_losses.losses(streams, [_alerts(1000, 450)])["lost: late"] == pytest.approx(0.0)
+    silent = detector_losses.losses(streams, [_alerts(1000)])
+    assert silent["lost: missed"] == pytest.approx(100.0) and silent["lost: false alarms"] == 0.0
+
+
+def test_the_timeline_counts_false_alarms_by_block_after_probation_outside_windows():
+    n = 3000  # probation 450: blocks of 250 from there, the last one reached
+    streams = [_stream(n, [(2000, 2000)])]
+    alerts = _alerts(n, 100, 460, 470, 750, 2000)  # one in probation, two in the first block, one in the second,
+    rates = detector_losses.timeline(streams, [alerts], 250)  # one inside the event's window
+    assert len(rates) == detector_losses.BLOCKS
+    assert rates[0] == pytest.approx(2000 / 250) and rates[1] == pytest.approx(1000 / 250)
+    assert sum(rates[2:]) == 0.0
+
+
+def test_the_timeline_leaves_out_streams_too_short_to_reach_its_last_block():
+    short = [_stream(1000, [])]
+    assert detector_losses.timeline(short, [_alerts(1000, 200)], 250) == [0.0] * detector_losses.BLOCKS
