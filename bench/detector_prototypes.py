@@ -26,8 +26,10 @@ Prototypes (``KIND:key=value;...``, each key optional):
 - ``seasonal`` (``acf``, ``pmax``): ``deviation``'s level is also the reading's difference from the reading one
   period earlier, judged against the window of such differences; the period is the first autocorrelation peak of at
   least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 % (at least 200 readings).
+- ``shift`` (``k``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings against the window
+  before them, times ``gain`` (default ``sqrt(k)``), for a sustained shift inside a noisy channel's spread.
 
-The two ``deviation`` prototypes recompute the level from the stream's raw values in sliding windows of the last
+The ``deviation`` prototypes recompute the level from the stream's raw values in sliding windows of the last
 ``deviation_window`` readings, where the monitor windows the scaled readings since the stream's last reset: with
 ``gap=0`` that reproduces the committed row to within a fraction of a point, not exactly (``window-gap:gap=0``).
 """
@@ -47,6 +49,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 import detector_replay as dr
 from trep_edge.runtime.core import detector as detector_module
 from trep_edge.runtime.core.detector import SIGNALS, AlertGate, DetectorConfig, SignalStats, window_deviation
+from trep_edge.runtime.core.preprocess import robust_location_scale
 from trep_edge.training.evaluation.detection_corpus import Stream
 from trep_edge.training.evaluation.detection_metrics import probation
 
@@ -223,6 +226,28 @@ def seasonal(acf: float = 0.3, pmax: int = 1000) -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
+def shift(k: int = 8, gain: float = 0.0) -> Prototype:
+    """``deviation``'s level is also the mean of the last ``k`` readings against the window before them, times
+    ``gain`` (0: ``sqrt(k)``, the mean's smaller spread under white noise): a sustained shift of a noisy channel
+    shows in the mean long before any one reading stands out."""
+    span, k = DetectorConfig().deviation_window, int(k)
+    factor = float(gain) or math.sqrt(k)
+
+    def level(x: np.ndarray) -> np.ndarray:
+        windows = sliding_window_view(np.concatenate([np.full(span - 1, np.nan), x]), span)
+        earlier, recent = windows[:, : span - k], windows[:, span - k :]
+        loc, scale = robust_location_scale(earlier)
+        enough = (np.isfinite(earlier).sum(axis=1) >= 16) & np.isfinite(recent).all(axis=1)
+        with np.errstate(invalid="ignore"):
+            moved = np.where(enough, factor * np.abs(recent.mean(axis=1) - loc) / scale, np.nan)
+        return np.fmax(_levels(x, span), moved)
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        return _with_levels(stream, tape, level)
+
+    return Prototype(_no_patches, rewrite)
+
+
 @contextmanager
 def _no_patches() -> Iterator[None]:
     yield
@@ -230,7 +255,7 @@ def _no_patches() -> Iterator[None]:
 
 PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "window-gap": window_gap,
-    "seasonal": seasonal,
+    "seasonal": seasonal, "shift": shift,
 }  # fmt: skip
 
 

@@ -60,3 +60,28 @@ def test_quiet_record_adds_alerts_only_while_patched(tmp_path):
     assert quiet.sum() >= 1 and plain.sum() == 0
     gaps = np.diff(np.flatnonzero(quiet))
     assert (gaps > config.refractory).all()  # the refractory period holds for the second path too
+
+
+def test_shift_raises_the_level_where_a_noisy_channel_moves_and_never_lowers_it(tmp_path):
+    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
+    rng = np.random.default_rng(7)
+    values = rng.normal(0, 1, (900, 1))
+    values[600:, 0] += 1.5  # a sustained shift smaller than the noise's own spread of single readings
+    stream = Stream("shifted", "synthetic", ["c0"], values, [(600, 899)])
+    tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
+
+    def levels(spec: str) -> np.ndarray:
+        rows = [c[1] for c in tape if c[0] == "row"]
+        steps = [c[6][0, 0, 0] if c[6] is not None else np.nan for c in prototypes.parse(spec).rewrite(stream, tape)
+                 if c[0] == "step"]  # fmt: skip
+        out = np.full(len(values), np.nan)
+        for row, level in zip(rows, steps):
+            if row >= 0:
+                out[row] = level
+        return out
+
+    plain, shifted = levels("window-gap:gap=0"), levels("shift:k=8")
+    seen = np.isfinite(plain)
+    assert (shifted[seen] >= plain[seen]).all()
+    # eight readings into the shift the mean of the last eight stands out far more than any one reading does
+    assert np.nanmedian(shifted[610:640]) > 2 * np.nanmedian(plain[610:640])
