@@ -60,10 +60,11 @@ def timeline(streams: list[Stream], alerts: list[np.ndarray], block: int) -> lis
         for a, b in nab_windows(n, stream.events):
             outside[a : b + 1] = False
         start = probation(n)
+        alarms = np.array([row for row, _ in nab_parts(detections, stream.events).costs], dtype=np.int64)
         for k in range(BLOCKS):
             lo, hi = start + k * block, (start + (k + 1) * block if k < BLOCKS - 1 else n)
             seen[k] += outside[lo:hi].sum()
-            count[k] += (np.asarray(detections[lo:hi], dtype=bool) & outside[lo:hi]).sum()
+            count[k] += ((alarms >= lo) & (alarms < hi)).sum()
     return list(1000.0 * count / np.maximum(seen, 1))
 
 
@@ -88,6 +89,7 @@ def main() -> None:
     heads = [f"{k * args.block}–{(k + 1) * args.block}" for k in range(BLOCKS - 1)] + [f"{(BLOCKS - 1) * args.block}+"]
     table = ["| detector | category | " + " | ".join(keys) + " |", "|---" * (len(keys) + 2) + "|"]
     blocks = ["| detector | " + " | ".join(heads) + " |", "|---" * (BLOCKS + 1) + "|"]
+    reach = sum(len(s.values) - probation(len(s.values)) >= BLOCKS * args.block for s in bench.streams)
     for name, config in variants.items():
         alerts = [alert for _, alert in bench.run(config)]
         for category in ["overall", *bench.categories]:
@@ -97,7 +99,6 @@ def main() -> None:
                 f"{row[k]:.1f}" if k.startswith("lost") else str(row[k]) for k in keys) + " |")
         rates = timeline(bench.streams, alerts, args.block)
         blocks.append(f"| {name} | " + " | ".join(f"{r:.2f}" for r in rates) + " |")
-        reach = sum(len(s.values) - probation(len(s.values)) >= BLOCKS * args.block for s in bench.streams)
         print(f"{name}: lost {table[-len(bench.categories) - 1]}", flush=True)
     text = "\n".join([f"Command: `{command}`", "", "NAB standard points lost (they sum to 100 − the score):", "",
                       *table, "", f"False alarms per 1,000 readings outside event windows, by readings after "
