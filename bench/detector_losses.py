@@ -5,15 +5,17 @@ The standard NAB score is ``100 − (points lost)``, and every lost point has on
 detection (it costs ``A_TP·σ(−1) + A_FN`` against a perfect detector's first-row detection), a window found after
 its first row (``A_TP·σ(−1)`` less what the detection earned), or a false alarm (its cost). This script replays the
 benchmark's tapes (``bench/detector_replay.py``: the same corpus, models and options) through each detector variant
-and splits its score that way (the three columns add up to ``100 −`` its NAB standard score), then counts false
-alarms per 1,000 readings outside event windows in blocks of readings after probation: a detector whose statistics
-are still settling, or that judges a model on the data it was trained on, alerts more in the first blocks.
+and splits its score that way (the three columns add up to ``100 −`` its NAB standard score; ``--by-kind`` adds a
+row per injected fault kind), then counts false alarms per 1,000 readings outside event windows in blocks of
+readings after probation: a detector whose statistics are still settling, or that judges a model on the data it was
+trained on, alerts more in the first blocks.
 
     python bench/detector_losses.py --quick --per-stream --variants 'decay-0.003:record_decay=0.003'
 """
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +30,7 @@ BLOCKS = 8  # blocks of readings after probation in the false-alarm timeline
 
 def losses(streams: list[Stream], alerts: list[np.ndarray]) -> dict[str, float]:
     """NAB standard points lost to misses, to late detections and to false alarms over ``streams`` (they sum to
-    ``100 −`` the score), and the counts behind them."""
+    ``100 −`` the score; NaN without an event window), and the counts behind them."""
     a_tp, _, a_fn = PROFILES["standard"]
     best = a_tp * float(scaled_sigmoid(-1.0))
     missed = late = false = 0.0
@@ -42,7 +44,8 @@ def losses(streams: list[Stream], alerts: list[np.ndarray]) -> dict[str, float]:
         missed += parts.missed * (best + a_fn)
         late += sum(best - r for r in parts.rewards)
         false -= sum(cost for _, cost in parts.costs)
-    scale = 100.0 / max(windows * (best + a_fn), 1e-12)  # 100 / (perfect − null)
+    # 100 / (perfect − null); streams without an event (a kind "none") have no scale: their false alarms are counted
+    scale = 100.0 / (windows * (best + a_fn)) if windows else math.nan
     return {"windows": windows, "found": found, "missed": misses, "false alarms": alarms,
             "lost: missed": missed * scale, "lost: late": late * scale, "lost: false alarms": false * scale}  # fmt: skip
 
@@ -73,6 +76,8 @@ def main() -> None:
     dr.add_arguments(parser)
     parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
     parser.add_argument("--block", type=int, default=250, help="readings per block of the false-alarm timeline")
+    parser.add_argument("--by-kind", action="store_true", help="also a row per fault kind (the streams of one "
+                        "injected fault: synthetic and archive)")
     args = parser.parse_args()
     if args.check:
         parser.error("--check belongs to bench/detector_replay.py")
@@ -83,7 +88,7 @@ def main() -> None:
     bench = dr.Bench.load(args)
     command = "python bench/detector_losses.py " + " ".join(
         ["--quick"] * args.quick + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
-        + ["--block", str(args.block)] * (args.block != 250)
+        + ["--block", str(args.block)] * (args.block != 250) + ["--by-kind"] * args.by_kind
         + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants))
     keys = ["windows", "found", "missed", "false alarms", "lost: missed", "lost: late", "lost: false alarms"]
     heads = [f"{k * args.block}–{(k + 1) * args.block}" for k in range(BLOCKS - 1)] + [f"{(BLOCKS - 1) * args.block}+"]
@@ -92,14 +97,19 @@ def main() -> None:
     reach = sum(len(s.values) - probation(len(s.values)) >= BLOCKS * args.block for s in bench.streams)
     for name, config in variants.items():
         alerts = [alert for _, alert in bench.run(config)]
-        for category in ["overall", *bench.categories]:
-            pick = [k for k, s in enumerate(bench.streams) if category in ("overall", s.category)]
+        groups = {c: [k for k, s in enumerate(bench.streams) if c in ("overall", s.category)]
+                  for c in ["overall", *bench.categories]}  # fmt: skip
+        if args.by_kind:
+            kinds = sorted({s.meta["kind"] for s in bench.streams if "kind" in s.meta})
+            groups |= {f"kind: {kind}": [k for k, s in enumerate(bench.streams) if s.meta.get("kind") == kind]
+                       for kind in kinds}  # fmt: skip
+        for category, pick in groups.items():
             row = losses([bench.streams[k] for k in pick], [alerts[k] for k in pick])
             table.append(f"| {name} | {category} | " + " | ".join(
                 f"{row[k]:.1f}" if k.startswith("lost") else str(row[k]) for k in keys) + " |")
         rates = timeline(bench.streams, alerts, args.block)
         blocks.append(f"| {name} | " + " | ".join(f"{r:.2f}" for r in rates) + " |")
-        print(f"{name}: lost {table[-len(bench.categories) - 1]}", flush=True)
+        print(f"{name}: lost {table[-len(groups)]}", flush=True)
     text = "\n".join([f"Command: `{command}`", "", "NAB standard points lost (they sum to 100 − the score):", "",
                       *table, "", f"False alarms per 1,000 readings outside event windows, by readings after "
                       f"probation ({reach} streams reach the last block):", "", *blocks, ""])  # fmt: skip

@@ -55,3 +55,27 @@ def test_the_timeline_counts_false_alarms_by_block_after_probation_outside_windo
 def test_the_timeline_leaves_out_streams_too_short_to_reach_its_last_block():
     short = [_stream(1000, [])]
     assert detector_losses.timeline(short, [_alerts(1000, 200)], 250) == [0.0] * detector_losses.BLOCKS
+
+
+def test_by_kind_gives_a_row_per_injected_fault_kind(monkeypatch, capsys, tmp_path):
+    streams = [_stream(1000, [(500, 500)]), _stream(1000, [(700, 720)]), _stream(1000, [])]
+    for s, kind in zip(streams, ("spike", "drift", "none")):
+        s.meta["kind"] = kind
+    alerts = [_alerts(1000, 500), _alerts(1000), _alerts(1000, 300)]
+
+    class Bench:
+        categories = ["synthetic"]
+
+        def __init__(self):
+            self.streams = streams
+
+        def run(self, config):
+            return [(np.zeros(1000), a) for a in alerts]
+
+    monkeypatch.setattr(detector_losses.dr.Bench, "load", classmethod(lambda cls, args: Bench()))
+    monkeypatch.setattr(sys, "argv", ["detector_losses.py", "--by-kind", "--out", str(tmp_path / "out.md")])
+    detector_losses.main()
+    text = (tmp_path / "out.md").read_text()
+    assert "--by-kind" in text.splitlines()[0]
+    assert "| trep | kind: drift | 1 | 0 | 1 | 0 | 100.0 | 0.0 | 0.0 |" in text
+    assert "| trep | kind: none | 0 | 0 | 0 | 1 | nan | nan | nan |" in text and "| trep | kind: spike | 1 | 1 | 0 | 0 |" in text
