@@ -50,6 +50,11 @@ def losses(streams: list[Stream], alerts: list[np.ndarray]) -> dict[str, float]:
             "lost: missed": missed * scale, "lost: late": late * scale, "lost: false alarms": false * scale}  # fmt: skip
 
 
+def reaches_last_block(length: int, block: int) -> bool:
+    """Whether a stream of ``length`` readings reaches the timeline's last block (``timeline`` counts only those)."""
+    return length - probation(length) >= BLOCKS * block
+
+
 def timeline(streams: list[Stream], alerts: list[np.ndarray], block: int) -> list[float]:
     """False alarms per 1,000 readings outside event windows, in blocks of ``block`` readings after probation (the
     last block: everything after), over the streams that reach the last block (the same streams in every block:
@@ -57,7 +62,7 @@ def timeline(streams: list[Stream], alerts: list[np.ndarray], block: int) -> lis
     count, seen = np.zeros(BLOCKS), np.zeros(BLOCKS)
     for stream, detections in zip(streams, alerts):
         n = len(detections)
-        if n - probation(n) < BLOCKS * block:
+        if not reaches_last_block(n, block):
             continue
         outside = np.ones(n, dtype=bool)
         for a, b in nab_windows(n, stream.events):
@@ -94,15 +99,15 @@ def main() -> None:
     heads = [f"{k * args.block}–{(k + 1) * args.block}" for k in range(BLOCKS - 1)] + [f"{(BLOCKS - 1) * args.block}+"]
     table = ["| detector | category | " + " | ".join(keys) + " |", "|---" * (len(keys) + 2) + "|"]
     blocks = ["| detector | " + " | ".join(heads) + " |", "|---" * (BLOCKS + 1) + "|"]
-    reach = sum(len(s.values) - probation(len(s.values)) >= BLOCKS * args.block for s in bench.streams)
+    reach = sum(reaches_last_block(len(s.values), args.block) for s in bench.streams)
+    groups = {c: [k for k, s in enumerate(bench.streams) if c in ("overall", s.category)]
+              for c in ["overall", *bench.categories]}  # fmt: skip
+    if args.by_kind:
+        kinds = sorted({s.meta["kind"] for s in bench.streams if "kind" in s.meta})
+        groups |= {f"kind: {kind}": [k for k, s in enumerate(bench.streams) if s.meta.get("kind") == kind]
+                   for kind in kinds}  # fmt: skip
     for name, config in variants.items():
         alerts = [alert for _, alert in bench.run(config)]
-        groups = {c: [k for k, s in enumerate(bench.streams) if c in ("overall", s.category)]
-                  for c in ["overall", *bench.categories]}  # fmt: skip
-        if args.by_kind:
-            kinds = sorted({s.meta["kind"] for s in bench.streams if "kind" in s.meta})
-            groups |= {f"kind: {kind}": [k for k, s in enumerate(bench.streams) if s.meta.get("kind") == kind]
-                       for kind in kinds}  # fmt: skip
         for category, pick in groups.items():
             row = losses([bench.streams[k] for k in pick], [alerts[k] for k in pick])
             table.append(f"| {name} | {category} | " + " | ".join(

@@ -48,7 +48,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 import detector_replay as dr
 from trep_edge.runtime.core import detector as detector_module
-from trep_edge.runtime.core.detector import SIGNALS, AlertGate, DetectorConfig, SignalStats, window_deviation
+from trep_edge.runtime.core.detector import (
+    DEVIATION_MIN_VALUES, SIGNALS, AlertGate, DetectorConfig, SignalStats, window_deviation,
+)
 from trep_edge.runtime.core.preprocess import robust_location_scale
 from trep_edge.training.evaluation.detection_corpus import Stream
 from trep_edge.training.evaluation.detection_metrics import probation
@@ -237,7 +239,7 @@ def shift(k: int = 8, gain: float = 0.0) -> Prototype:
         windows = sliding_window_view(np.concatenate([np.full(span - 1, np.nan), x]), span)
         earlier, recent = windows[:, : span - k], windows[:, span - k :]
         loc, scale = robust_location_scale(earlier)
-        enough = (np.isfinite(earlier).sum(axis=1) >= 16) & np.isfinite(recent).all(axis=1)
+        enough = (np.isfinite(earlier).sum(axis=1) >= DEVIATION_MIN_VALUES) & np.isfinite(recent).all(axis=1)
         with np.errstate(invalid="ignore"):
             moved = np.where(enough, factor * np.abs(recent.mean(axis=1) - loc) / scale, np.nan)
         return np.fmax(_levels(x, span), moved)
