@@ -89,3 +89,40 @@ def test_a_labelled_csv_trains_on_its_readings_only(tmp_path, capsys):
     data.write_text("timestamp,value,is_anomaly\n" + "\n".join(rows) + "\n")
     assert main(["train", str(data), *TINY, "--out", str(tmp_path / "m.pt")]) == 0
     assert json.loads(capsys.readouterr().out)["channels"] == ["value"]
+
+
+def _labelled_csv(path, values):
+    """A NAB-style export: timestamp, value, one reading every 5 minutes."""
+    stamps = np.datetime64("2024-05-01T00:00") + np.arange(len(values)) * np.timedelta64(5, "m")
+    path.write_text("timestamp,value\n" + "".join(f"{t}Z,{v!r}\n" for t, v in zip(stamps, values.tolist())))
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, values",
+    [
+        # A sensor that held one value for its whole training part, then moved: its training scale is zero.
+        ("constant-training", np.r_[np.full(150, 7.0), 7.0 + 0.1 * np.random.default_rng(2).normal(size=850)]),
+        # Readings near 1e9 with noise of a few units: float32 keeps only about 64 of resolution there.
+        ("near-1e9", 1e9 + np.cumsum(np.random.default_rng(3).normal(size=1000)) * 50),
+    ],
+)
+def test_odd_streams_train_on_their_first_15_percent_and_score_whole(name, values, tmp_path, capsys):
+    # The evaluator's path on streams that break naive scaling: train on the first 15 %, export, score every reading.
+    values = values.copy()
+    values[700] += 40 * (np.std(values[:700]) + 1.0)  # one unmistakable spike after probation
+    data = _labelled_csv(tmp_path / f"{name}.csv", values)
+    ckpt, model, out = tmp_path / "m.pt", tmp_path / "m.onnx", tmp_path / "scored.csv"
+    assert main(["train", str(data), "--rows", "0:150", *TINY, "--out", str(ckpt)]) == 0
+    assert main(["export", str(ckpt), "--out", str(model), "--window", "32"]) == 0
+    assert main(["score", str(data), "--model", str(model), "--no-plot", "--out", str(out)]) == 0
+    capsys.readouterr()
+    header, *rows = out.read_text().splitlines()
+    columns = header.split(",")
+    table = [dict(zip(columns, r.split(","))) for r in rows]
+    assert len(table) == len(values)
+    raw = np.array([float(r["raw"]) if r["raw"] else np.nan for r in table])
+    assert np.isfinite(raw[200:]).all()  # every reading after warm-up is scored, none turns into NaN or inf
+    alerts = np.flatnonzero([r["alert"] in ("1", "True", "true") for r in table])
+    assert 700 in alerts or 701 in alerts, alerts
+    assert len(alerts) <= 4, alerts  # the spike and at most three others in 850 scored readings
