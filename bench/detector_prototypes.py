@@ -21,6 +21,9 @@ Prototypes (``KIND:key=value;...``, each key optional):
   ``rho`` (Kost and McDermott's polynomial for the covariance of ``−2 ln p``).
 - ``signal-horizon`` (``horizons``, ``/``-separated in ``SIGNALS`` order): each signal's statistics with a horizon
   of its own.
+- ``early-horizon`` (``early``, ``age``): the model signals' statistics (``MODEL_SIGNALS``) forget at a horizon of
+  ``early`` values until their lane has learned ``age`` readings, then at the committed horizon, so that statistics
+  learned on a per-stream model's own training readings give way sooner to the readings after them.
 - ``window-gap`` (``gap``): ``deviation``'s level judged against the window less the last ``gap`` readings before the
   scored one (a slow fault then cannot hide in the readings it has already moved).
 - ``seasonal`` (``acf``, ``pmax``): ``deviation``'s level is also the reading's difference from the reading one
@@ -49,7 +52,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 import detector_replay as dr
 from trep_edge.runtime.core import detector as detector_module
 from trep_edge.runtime.core.detector import (
-    DEVIATION_MIN_VALUES, SIGNALS, AlertGate, DetectorConfig, SignalStats, window_deviation,
+    DEVIATION_MIN_VALUES, MODEL_SIGNALS, SIGNALS, AlertGate, DetectorConfig, SignalStats, window_deviation,
 )
 from trep_edge.runtime.core.preprocess import robust_location_scale
 from trep_edge.training.evaluation.detection_corpus import Stream
@@ -148,6 +151,25 @@ def signal_horizon(horizons: str = "1000/1000/500") -> Prototype:
     @contextmanager
     def patches() -> Iterator[None]:
         with mock.patch.object(SignalStats, "__init__", on_init):
+            yield
+
+    return Prototype(patches)
+
+
+def early_horizon(early: float = 300, age: float = 1500) -> Prototype:
+    """The model signals forget at ``early`` values while their lane has learned fewer than ``age`` readings."""
+    learn = SignalStats.learn
+
+    def on_learn(self: SignalStats, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
+        young = self.pos_[idx] < age  # readings the lane has learned (its short-term ring's position)
+        model = np.array([name in MODEL_SIGNALS for name in SIGNALS[: self.k]])
+        cap = young[:, None] & model[None, :]
+        self.count_[idx] = np.where(cap, np.minimum(self.count_[idx], int(early) - 1), self.count_[idx])
+        learn(self, idx, x, baseline)
+
+    @contextmanager
+    def patches() -> Iterator[None]:
+        with mock.patch.object(SignalStats, "learn", on_learn):
             yield
 
     return Prototype(patches)
@@ -256,8 +278,8 @@ def _no_patches() -> Iterator[None]:
 
 
 PROTOTYPES: dict[str, Callable[..., Prototype]] = {
-    "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "window-gap": window_gap,
-    "seasonal": seasonal, "shift": shift,
+    "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
+    "window-gap": window_gap, "seasonal": seasonal, "shift": shift,
 }  # fmt: skip
 
 

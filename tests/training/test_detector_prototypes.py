@@ -85,3 +85,22 @@ def test_shift_raises_the_level_where_a_noisy_channel_moves_and_never_lowers_it(
     assert (shifted[seen] >= plain[seen]).all()
     # eight readings into the shift the mean of the last eight stands out far more than any one reading does
     assert np.nanmedian(shifted[610:640]) > 2 * np.nanmedian(plain[610:640])
+
+
+def test_early_horizon_caps_only_the_model_signals_and_only_while_the_lane_is_young():
+    from trep_edge.runtime.core.detector import SIGNALS, SignalStats
+
+    stats = SignalStats(len(SIGNALS), horizon=2000, n_streams=1)
+    idx, x, learn = np.array([0]), np.zeros((1, len(SIGNALS))), np.array([True])
+    with prototypes.parse("early-horizon:early=50;age=120").patches():
+        for _ in range(100):
+            stats.learn(idx, x, learn)
+        young = stats.count_[0].copy()
+        for _ in range(100):
+            stats.learn(idx, x, learn)
+    model = [SIGNALS.index(name) for name in ("distance", "novelty")]
+    assert (young[model] == 50).all() and young[SIGNALS.index("deviation")] == 100
+    # past the age the count grows again from the cap, by one per learned reading (120 + 80 learned)
+    assert (stats.count_[0][model] == 50 + 80).all() and stats.count_[0][SIGNALS.index("deviation")] == 200
+    stats.learn(idx, x, learn)  # unpatched again: the committed learning
+    assert (stats.count_[0][model] == 131).all()
