@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trep_edge.runtime.core.detector import AlertGate, DetectorConfig
+from trep_edge.runtime.core.detector import MODEL_SIGNALS, SIGNALS, AlertGate, DetectorConfig, SignalStats
 from trep_edge.runtime.core.engine import load_engine
 from trep_edge.training.evaluation.detection_corpus import Stream
 
@@ -88,8 +88,6 @@ def test_shift_raises_the_level_where_a_noisy_channel_moves_and_never_lowers_it(
 
 
 def test_early_horizon_caps_only_the_model_signals_and_only_while_the_lane_is_young():
-    from trep_edge.runtime.core.detector import SIGNALS, SignalStats
-
     stats = SignalStats(len(SIGNALS), horizon=2000, n_streams=1)
     idx, x, learn = np.array([0]), np.zeros((1, len(SIGNALS))), np.array([True])
     with prototypes.parse("early-horizon:early=50;age=120").patches():
@@ -98,9 +96,9 @@ def test_early_horizon_caps_only_the_model_signals_and_only_while_the_lane_is_yo
         young = stats.count_[0].copy()
         for _ in range(100):
             stats.learn(idx, x, learn)
-    model = [SIGNALS.index(name) for name in ("distance", "novelty")]
+    model = [SIGNALS.index(name) for name in MODEL_SIGNALS]
     assert (young[model] == 50).all() and young[SIGNALS.index("deviation")] == 100
-    # past the age the count grows again from the cap, by one per learned reading (120 + 80 learned)
+    # from the lane's 120th reading on, the count grows again from the cap by one per reading: 50 + 80
     assert (stats.count_[0][model] == 50 + 80).all() and stats.count_[0][SIGNALS.index("deviation")] == 200
     stats.learn(idx, x, learn)  # unpatched again: the committed learning
     assert (stats.count_[0][model] == 131).all()
