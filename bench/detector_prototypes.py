@@ -158,12 +158,11 @@ def signal_horizon(horizons: str = "1000/1000/500") -> Prototype:
 
 def early_horizon(early: float = 300, age: float = 1500) -> Prototype:
     """The model signals forget at ``early`` values while their lane has learned fewer than ``age`` readings."""
-    learn = SignalStats.learn
+    learn, model = SignalStats.learn, np.isin(SIGNALS, MODEL_SIGNALS)
 
     def on_learn(self: SignalStats, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
         young = self.pos_[idx] < age  # readings the lane has learned (its short-term ring's position)
-        model = np.array([name in MODEL_SIGNALS for name in SIGNALS[: self.k]])
-        cap = young[:, None] & model[None, :]
+        cap = young[:, None] & model[None, : self.k]
         self.count_[idx] = np.where(cap, np.minimum(self.count_[idx], int(early) - 1), self.count_[idx])
         learn(self, idx, x, baseline)
 

@@ -92,8 +92,8 @@ def test_a_labelled_csv_trains_on_its_readings_only(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["channels"] == ["value"]
 
 
-def _labelled_csv(path, values):
-    """A NAB-style export: timestamp, value, one reading every 5 minutes."""
+def _nab_csv(path, values):
+    """A NAB-style stream file: timestamp, value, one reading every 5 minutes (no label column)."""
     stamps = np.datetime64("2024-05-01T00:00") + np.arange(len(values)) * np.timedelta64(5, "m")
     path.write_text("timestamp,value\n" + "".join(f"{t}Z,{v!r}\n" for t, v in zip(stamps, values.tolist())))
     return path
@@ -112,7 +112,7 @@ def test_odd_streams_train_on_their_first_15_percent_and_score_whole(name, value
     # The evaluator's path on streams that break naive scaling: train on the first 15 %, export, score every reading.
     values = values.copy()
     values[700] += 40 * (np.std(values[:700]) + 1.0)  # one unmistakable spike after probation
-    data = _labelled_csv(tmp_path / f"{name}.csv", values)
+    data = _nab_csv(tmp_path / f"{name}.csv", values)
     ckpt, model, out = tmp_path / "m.pt", tmp_path / "m.onnx", tmp_path / "scored.csv"
     assert main(["train", str(data), "--rows", "0:150", *TINY, "--out", str(ckpt)]) == 0
     assert main(["export", str(ckpt), "--out", str(model), "--window", "32"]) == 0
