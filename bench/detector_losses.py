@@ -92,7 +92,7 @@ def main() -> None:
         parser.error(str(exc))
     bench = dr.Bench.load(args)
     command = "python bench/detector_losses.py " + " ".join(
-        ["--quick"] * args.quick + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
+        dr.corpus_flags(args)
         + ["--block", str(args.block)] * (args.block != 250) + ["--by-kind"] * args.by_kind
         + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants))
     keys = ["windows", "found", "missed", "false alarms", "lost: missed", "lost: late", "lost: false alarms"]

@@ -319,8 +319,7 @@ def main() -> None:
     if args.check:
         bench.check()
     results = bench.results("python bench/detector_prototypes.py " + " ".join(
-        ["--quick"] * args.quick + ["--check"] * args.check
-        + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
+        dr.corpus_flags(args) + ["--check"] * args.check
         + ["--base", f"'{args.base}'"] * bool(args.base) + ["--prototypes", *(f"'{p}'" for p in args.prototypes)]),
         args)  # fmt: skip
     began = time.perf_counter()

@@ -17,7 +17,10 @@ print for that variant. Peers are not run: their rows are the benchmark's.
 
 `--per-stream` replays the evaluator's protocol instead (`trep-edge eval detect --per-stream-train`): each synthetic,
 archive and UCR stream through its own model from the per-stream cache (trained there first if missing), each
-stream's tape replayed on a detector of its own model's shape and card prior.
+stream's tape replayed on a detector of its own model's shape and card prior. `--per-stream-train-flags` trains
+those models with extra `trep-edge train` flags (cached apart), to measure a training setting under the protocol:
+
+    python bench/detector_losses.py --per-stream runs/detect-per-stream-seed1 --per-stream-train-flags='--seed 1'
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import functools
 import hashlib
 import inspect
 import json
+import shlex
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -180,6 +184,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="write the tables (Markdown) here too")
     parser.add_argument("--per-stream", nargs="?", const="runs/detect-per-stream", metavar="CACHE",
                         help="one model per stream, from this per-stream cache (default runs/detect-per-stream)")
+    parser.add_argument("--per-stream-train-flags", default="", metavar="FLAGS",
+                        help="with --per-stream: trep-edge train flags added to the evaluator's, given with '=': "
+                        "--per-stream-train-flags='--seed 1'")
+
+
+def corpus_flags(args: argparse.Namespace) -> list[str]:
+    """The options of ``add_arguments`` that choose the corpus and its models, as a results file's command says."""
+    return (["--quick"] * args.quick + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
+            + [f"--per-stream-train-flags='{args.per_stream_train_flags}'"] * bool(args.per_stream_train_flags))
 
 
 @dataclass
@@ -196,13 +209,19 @@ class Bench:
     @classmethod
     def load(cls, args: argparse.Namespace) -> Bench:
         """Capture or read back every stream's tape, as the options in ``add_arguments`` select."""
+        if args.per_stream_train_flags and not args.per_stream:
+            raise SystemExit("--per-stream-train-flags trains per-stream models: give --per-stream too")
         started = time.perf_counter()
         streams = corpus(args.data_root, args.quick)
         cache = Path(args.cache).expanduser()
         if args.per_stream:
             from trep_edge.training.evaluation import detection_per_stream as ps
 
-            models = ps.PerStreamModels(Path(args.per_stream).expanduser())
+            try:
+                extra = tuple(shlex.split(args.per_stream_train_flags))
+            except ValueError as exc:
+                raise SystemExit(f"--per-stream-train-flags {args.per_stream_train_flags!r}: {exc}") from None
+            models = ps.PerStreamModels(Path(args.per_stream).expanduser(), extra=extra)
             streams = [s for s in streams if s.category in ps.CATEGORIES]
             engine_of = models.engine  # one model at a time: 88 onnxruntime sessions at once take about 9 GB
             groups = [[k] for k in range(len(streams))]  # each stream on a detector of its own model's shape
@@ -293,8 +312,7 @@ def main() -> None:
     if args.check:
         bench.check()
     results = bench.results("python bench/detector_replay.py " + " ".join(
-        ["--quick"] * args.quick + ["--check"] * args.check
-        + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
+        corpus_flags(args) + ["--check"] * args.check
         + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)), args)
     for name, config in variants.items():
         began = time.perf_counter()

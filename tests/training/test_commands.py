@@ -1,4 +1,5 @@
 """The train and export subcommands: a tiny run end to end, and bad arguments refused with what to fix."""
+import argparse
 import csv
 import json
 import subprocess
@@ -126,3 +127,12 @@ def test_odd_streams_train_on_their_first_15_percent_and_score_whole(name, value
     alerts = np.flatnonzero([r["alert"] == "1" for r in table])
     assert 700 in alerts or 701 in alerts, alerts
     assert len(alerts) <= 4, alerts  # the spike and at most three others in 850 scored readings
+
+
+def test_no_weight_average_infers_with_the_last_weights():
+    from trep_edge.training.commands import train
+
+    parser = argparse.ArgumentParser(prog="trep-edge")
+    train.add_parser(parser.add_subparsers(dest="command"))
+    assert train.config_from_args(parser.parse_args(["train", "x.npy"])).average_weights
+    assert not train.config_from_args(parser.parse_args(["train", "x.npy", "--no-weight-average"])).average_weights

@@ -1,5 +1,7 @@
 """Per-stream-trained models of the detection benchmark: only the probation part reaches training, with the
 evaluator's flags and export's defaults; models are cached; partial rows are reported only where they ran."""
+import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -129,3 +131,18 @@ def test_fine_tuned_models_are_cached_apart_from_scratch_ones_and_per_base(fake_
 def test_a_base_without_its_checkpoint_is_refused_before_any_training(tmp_path):
     with pytest.raises(FileNotFoundError, match="its checkpoint"):
         ps.FineTune.of(tmp_path / "general.onnx")
+
+
+def test_extra_train_flags_reach_training_and_their_models_are_cached_apart(fake_cli, tmp_path):
+    stream = _stream(2000)
+    plain = ps.PerStreamModels(tmp_path, threads=1)
+    extra = ps.PerStreamModels(tmp_path, threads=1, extra=("--seed", "1", "--no-weight-average"))
+    assert extra.path(stream) != plain.path(stream) and len(fake_cli) == 4
+    (_, with_extra, _), _, (_, evaluators, _), _ = fake_cli
+    assert (with_extra.seed, with_extra.average_weights, with_extra.iterations, with_extra.depth) == (1, False, 200, 8)
+    assert evaluators.seed is None and evaluators.average_weights is None  # the CLI's defaults
+    # Without extras the key is what it was before extras existed, so models cached then are found again.
+    values = ps.training_slice(stream)
+    before = hashlib.sha256(ps.CACHE_VERSION + json.dumps([ps.TRAIN_FLAGS, 1, values.shape]).encode())
+    before.update(np.ascontiguousarray(values, dtype=np.float32).tobytes())
+    assert plain.key(values) == before.hexdigest()[:24] != extra.key(values)

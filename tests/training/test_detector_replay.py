@@ -1,7 +1,9 @@
 """bench/detector_replay.py: a detector variant replayed on captured inputs gives exactly what the monitor gives."""
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import shlex
 import sys
 from pathlib import Path
 
@@ -55,3 +57,14 @@ def test_a_captured_tape_is_read_back_from_the_cache(tmp_path):
     again, cached = replay_bench.capture(engine, stream, tmp_path)
     assert [c[0] for c in again] == [c[0] for c in first]
     assert np.array_equal(cached["score"], committed["score"], equal_nan=True)
+
+
+def test_extra_train_flags_are_echoed_runnable_and_need_per_stream():
+    parser = argparse.ArgumentParser()
+    replay_bench.add_arguments(parser)
+    args = parser.parse_args(["--quick", "--per-stream", "cache", "--per-stream-train-flags=--no-weight-average"])
+    assert replay_bench.corpus_flags(args) == ["--quick", "--per-stream", "cache",
+                                               "--per-stream-train-flags='--no-weight-average'"]  # fmt: skip
+    assert parser.parse_args(shlex.split(" ".join(replay_bench.corpus_flags(args)))) == args
+    with pytest.raises(SystemExit, match="give --per-stream too"):
+        replay_bench.Bench.load(parser.parse_args(["--per-stream-train-flags=--seed 1"]))

@@ -23,7 +23,7 @@ _OVERRIDES = {
     "repr_dims": "repr_dims", "hidden_dims": "hidden_dims", "depth": "depth",
     "time_embedding": "time_embedding", "time_index": "time_index", "max_train_length": "max_train_length",
     "seed": "seed", "device": "device", "amp": "amp", "checkpoint_every": "checkpoint_every",
-    "causal": "causal", "max_receptive_field": "max_receptive_field",
+    "causal": "causal", "max_receptive_field": "max_receptive_field", "average_weights": "average_weights",
 }  # fmt: skip
 
 
@@ -67,6 +67,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--max-receptive-field", type=int, help="causal: steps the dilations may reach (default 201; keep "
                    "it <= the export --window)")
     p.add_argument("--weights", help="four task weights a,b,c,d summing to 1: instance, temporal, divergence, forecast")
+    p.add_argument("--no-weight-average", dest="average_weights", action="store_false", default=None,
+                   help="infer with the last step's encoder weights, not their running (SWA) average")
     p.add_argument("--seed", type=int, help="random seed")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core); results "

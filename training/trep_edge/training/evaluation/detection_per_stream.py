@@ -114,16 +114,21 @@ def training_slice(stream: Stream) -> np.ndarray:
 class PerStreamModels:
     """Trains (or finds in the cache) the model of each stream; ``info`` records what each one took."""
 
-    def __init__(self, cache: Path, threads: int = 1, base: FineTune | None = None) -> None:
+    def __init__(self, cache: Path, threads: int = 1, base: FineTune | None = None,
+                 extra: tuple[str, ...] = ()) -> None:  # fmt: skip
+        """``extra``: ``trep-edge train`` flags added after the evaluator's (a training setting measured against
+        them, e.g. ``("--seed", "1")``); the models they make are cached apart."""
         if threads < 1:
             raise ValueError(f"--per-stream-threads must be at least 1, got {threads}")
-        self.cache, self.threads, self.base = cache, threads, base
+        self.cache, self.threads, self.base, self.extra = cache, threads, base, tuple(extra)
         self.info: dict[str, dict] = {}
 
     def key(self, values: np.ndarray) -> str:
         """Cache key: the slice's values and shape, the flags, the base model's weights and the cache version."""
         fine_tune = [] if self.base is None else [self.base.sha256, self.base.budget_flags(), self.base.export_flags()]
-        flags = json.dumps([TRAIN_FLAGS, self.threads, values.shape, *fine_tune])
+        # Extra flags join the key only when given, so the evaluator's models keep the keys they were cached under.
+        extra = [list(self.extra)] if self.extra else []
+        flags = json.dumps([TRAIN_FLAGS, self.threads, values.shape, *fine_tune, *extra])
         digest = hashlib.sha256(CACHE_VERSION + flags.encode())
         digest.update(np.ascontiguousarray(values, dtype=np.float32).tobytes())
         return digest.hexdigest()[:24]
@@ -138,7 +143,7 @@ class PerStreamModels:
         else:
             if len(self.info) >= MAX_STREAMS:
                 raise ValueError(f"more than {MAX_STREAMS} per-stream models in one run")
-            info = train_and_export(values, folder, self.threads, self.base) | {"cached": False}
+            info = train_and_export(values, folder, self.threads, self.base, self.extra) | {"cached": False}
         # A later row finds the model this run trained in the cache: keep the first record (what training took).
         self.info.setdefault(stream.name, info | {"model": str(model)})
         return model
@@ -148,8 +153,9 @@ class PerStreamModels:
         return load_engine(self.path(stream), "cpu")
 
 
-def train_and_export(values: np.ndarray, folder: Path, threads: int = 1, base: FineTune | None = None) -> dict:
-    """``trep-edge train SLICE.npy TRAIN_FLAGS`` then ``trep-edge export`` (defaults) into ``folder``; a summary.
+def train_and_export(values: np.ndarray, folder: Path, threads: int = 1, base: FineTune | None = None,
+                     extra: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    """``trep-edge train SLICE.npy TRAIN_FLAGS EXTRA`` then ``trep-edge export`` (defaults) into ``folder``; a summary.
 
     With ``base``: ``train --init-from`` on the slice as the base expects it, exported as the base was."""
     import torch
@@ -168,7 +174,7 @@ def train_and_export(values: np.ndarray, folder: Path, threads: int = 1, base: F
             data = Path(tmp) / "probation.npy"
             np.save(data, np.asarray(values, dtype=np.float32) if base is None else base.prepare(values))
             checkpoint = folder / "model.pt"
-            flags = TRAIN_FLAGS if base is None else base.train_flags()
+            flags = (TRAIN_FLAGS if base is None else base.train_flags()) + tuple(extra)
             train_args = parser.parse_args(["train", str(data), *flags, "--threads", str(threads),
                                             "--out", str(checkpoint), "--no-progress"])  # fmt: skip
             with contextlib.redirect_stdout(out):
