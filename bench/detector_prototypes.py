@@ -80,11 +80,11 @@ def quiet_record(
             gate._quiet_best = best
         return best
 
-    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray):
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
         since = np.minimum(self.since_[idx] + 1, self.refractory + 1)
         in_run = self.alerted_[idx].copy()
         count = self.scored_[idx] + np.isfinite(score)
-        alert, warming, learn = decide(self, idx, score)
+        alert, warming, learn, frozen = decide(self, idx, score, stuck)
         best = best_of(self)
         record = best[idx] - decay
         judged = np.isfinite(score) & ~warming
@@ -93,7 +93,7 @@ def quiet_record(
         self.since_[idx[quiet]] = 0
         self.spent_[idx[quiet]] += 1
         best[idx] = np.where(judged & (count >= start), np.fmax(record, score), record)
-        return alert | quiet, warming, learn & ~quiet
+        return alert | quiet, warming, learn & ~quiet, frozen
 
     def on_reset(self: AlertGate, streams: np.ndarray) -> None:
         reset(self, streams)
@@ -220,7 +220,7 @@ def _with_levels(stream: Stream, tape: list, level: Callable[[np.ndarray], np.nd
                 deviation[:, 0, 0] = [levels[int(lane)][row] for lane in call[2]]
             else:
                 deviation[0, 0, :] = [level[row] for level in levels]
-            call = (*call[:6], deviation)
+            call = (*call[:6], deviation, *call[7:])
         out.append(call)
     return out
 

@@ -47,7 +47,7 @@ from trep_edge.runtime.core.offline import detect_recording
 from trep_edge.training.evaluation.detection import Output, markdown, summarise_groups
 from trep_edge.training.evaluation.detection_corpus import Stream, corpus
 
-TAPE_VERSION = b"2"  # bump when the tape's layout changes
+TAPE_VERSION = b"3"  # bump when the tape's layout changes
 INPUT_SETTINGS = ("scale_warmup", "scale_adapt", "deviation_window")
 CORE = Path(detector_module.__file__).parent
 
@@ -86,10 +86,10 @@ def recording(tape: list) -> Iterator[None]:
         tape.append(("reset", np.array(streams), np.array(lanes)))
         reset(self, streams, lanes)
 
-    def on_step(self, stream_idx, lanes, lane_of, distance, z, deviation=None):
+    def on_step(self, stream_idx, lanes, lane_of, distance, z, deviation=None, repeat=None):
         tape.append(("step", *(np.array(a) for a in (stream_idx, lanes, lane_of, distance, z)),
-                     None if deviation is None else np.array(deviation)))  # fmt: skip
-        return step(self, stream_idx, lanes, lane_of, distance, z, deviation)
+                     *(None if a is None else np.array(a) for a in (deviation, repeat))))  # fmt: skip
+        return step(self, stream_idx, lanes, lane_of, distance, z, deviation, repeat)
 
     def on_round(self, batch, rows, *args):
         # detect_recording stamps row t at t periods, so a step's index is its row; -1: no reading in it.
@@ -157,10 +157,11 @@ def replay(tapes: list[list], config: DetectorConfig, card_prior: dict | None, r
         active = [i for i, mine in enumerate(steps) if k < len(mine)]
         parts, placed = [], 0
         for i in active:
-            resets, (stream_idx, lanes, lane_of, distance, z, deviation), row = steps[i][k]
+            resets, (stream_idx, lanes, lane_of, distance, z, deviation, repeat), row = steps[i][k]
             for r_streams, r_lanes in resets:
                 detector.reset(r_streams + stream_at[i], r_lanes + lane_at[i])
-            parts.append((stream_idx + stream_at[i], lanes + lane_at[i], lane_of + placed, distance, z, deviation))
+            parts.append((stream_idx + stream_at[i], lanes + lane_at[i], lane_of + placed, distance, z, deviation,
+                          repeat))  # fmt: skip
             placed += len(stream_idx)
         out = detector.step(*(np.concatenate(column) for column in zip(*parts)))
         placed = 0

@@ -22,9 +22,10 @@ from trep_edge.runtime.core.detector import Detector, DetectorConfig
 DIMS = 64  # models/general.onnx's representation size
 
 
-def inputs(streams: int, ticks: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per tick and stream: distance ``[T, S]``, representation ``[T, S, DIMS]`` and deviation parts
-    ``[T, S, 2, 1]`` (``window_deviation``: level and step of one channel)."""
+def inputs(streams: int, ticks: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per tick and stream: distance ``[T, S]``, representation ``[T, S, DIMS]``, deviation parts
+    ``[T, S, 2, 1]`` (``window_deviation``: level and step of one channel) and repeats ``[T, S, 1]``
+    (``window_repeats``: a reading equal to the one before, as a quantised channel holds its value)."""
     rng = np.random.default_rng(seed)
     distance = rng.lognormal(0.0, 0.5, (ticks, streams))
     z = rng.normal(size=(ticks, streams, DIMS)).astype(np.float32)
@@ -33,12 +34,13 @@ def inputs(streams: int, ticks: int, seed: int = 3) -> tuple[np.ndarray, np.ndar
     distance[rare] *= 30.0
     deviation[rare] += 25.0
     z[rare] += 6.0
-    return distance, z, deviation
+    repeat = (rng.random((ticks, streams, 1)) < 0.2).astype(np.float64)
+    return distance, z, deviation, repeat
 
 
 def readings_per_second(config: DetectorConfig, streams: int, warm: int, timed: int) -> tuple[float, int]:
     """Readings per second of ``Detector.step`` over the ``timed`` ticks after ``warm`` untimed ones, and the alerts."""
-    distance, z, deviation = inputs(streams, warm + timed)
+    distance, z, deviation, repeat = inputs(streams, warm + timed)
     detector = Detector(config, DIMS)
     detector.add(streams, streams)
     every = np.arange(streams)
@@ -46,7 +48,7 @@ def readings_per_second(config: DetectorConfig, streams: int, warm: int, timed: 
     for t in range(warm + timed):
         if t == warm:
             start = time.perf_counter()
-        out = detector.step(every, every, every, distance[t], z[t], deviation[t])
+        out = detector.step(every, every, every, distance[t], z[t], deviation[t], repeat[t])
         alerts += int(out.alert.sum()) if t >= warm else 0
     return streams * timed / (time.perf_counter() - start), alerts
 

@@ -72,6 +72,18 @@ def test_event_carries_score_threshold_and_formats_a_stable_id():
     assert events[0].alert_id("pump-7") == "pump-7-1"
 
 
+def test_an_episode_keeps_the_cause_that_raised_it_until_it_clears():
+    tracker = AlertTracker(AlertConfig(clear_after=1), n_streams=2)
+    step = lambda scores, alerts, stuck=None: [(e.stream_idx, e.state, e.cause) for e in tracker.step(  # noqa: E731
+        np.array([0, 1]), np.array(scores), 4.0, np.array(alerts), stuck)]  # fmt: skip
+    assert step([5.0, 5.0], [True, True], np.array([True, False])) == [(0, "raised", "stuck"), (1, "raised", "anomaly")]
+    assert step([9.0, 1.0], [False, False]) == [(0, "updated", "stuck"), (1, "cleared", "anomaly")]
+    assert step([1.0, 1.0], [False, False]) == [(0, "cleared", "stuck")]
+    assert step([5.0, 1.0], [True, False], np.array([False, False])) == [(0, "raised", "anomaly")]
+    restored = AlertTracker.from_state({k: v for k, v in tracker.state_dict().items() if k != "stuck_"})
+    assert not restored.stuck_.any()  # a checkpoint from before causes: its open episodes are anomalies
+
+
 def test_streams_step_independently_and_in_any_order():
     rng = np.random.default_rng(0)
     scores = rng.normal(1.0, 1.0, size=(200, 4))

@@ -93,11 +93,11 @@ def test_first_scored_reading_retains_ok_once_and_episodes_say_firing_then_resol
 
     reference = score_recording(load_engine(univariate_model, "cpu"), RecordedSeries("spiky", ["value"],
                                                                                      spiky.reshape(-1, 1))).events
-    assert [state for _, state, _, _ in reference][:1] == ["raised"] and reference[-1][1] == "cleared"
+    assert [state for _, state, *_ in reference][:1] == ["raised"] and reference[-1][1] == "cleared"
     episodes = out.wait_count("trep-edge/alerts/spiky", len(reference))
     got = [m.json() for m in episodes]
     assert [(m["kind"], m["alert_id"], m["state"], m["status"]) for m in got] == [
-        ("anomaly", alert_id, state, STATUS_OF_STATE[state]) for _, state, _, alert_id in reference]
+        ("anomaly", alert_id, state, STATUS_OF_STATE[state]) for _, state, _, alert_id, _ in reference]
     assert got[0]["status"] == "firing" and got[-1]["status"] == "resolved" and got[-1]["active"] is False
     state_topic = [m.json() for m in out.select("trep-edge/state/spiky")]
     assert state_topic[0]["status"] == "ok" and state_topic[1:] == got  # ok first, then the episode changes

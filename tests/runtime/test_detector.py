@@ -15,11 +15,13 @@ from trep_edge.runtime.core.detector import (
     RepresentationMemory,
     SignalStats,
     StepRecord,
+    StuckRecord,
     combine_surprise,
     fold_step,
     student_upper_tail_surprise,
     upper_tail_surprise,
     window_deviation,
+    window_repeats,
 )
 from trep_edge.runtime.core.engine import load_engine
 from trep_edge.runtime.core.monitor import Monitor
@@ -176,9 +178,9 @@ def test_surprise_is_the_gaussian_tail_of_the_value_or_of_the_short_mean_whichev
 def test_gate_warms_up_on_scored_readings_only_and_never_alerts_while_warming():
     gate = AlertGate(threshold=1.0, min_count=3, refractory=0, protect=10, n_streams=1)
     decisions = [gate.decide(rows(0), np.array([s])) for s in (np.nan, 50.0, 50.0, 0.0, 50.0)]
-    assert [bool(w[0]) for _, w, _ in decisions] == [True, True, True, False, False]
-    assert [bool(a[0]) for a, _, _ in decisions] == [False, False, False, False, True]
-    assert [bool(learn[0]) for _, _, learn in decisions[:4]] == [True] * 4  # warm-up readings are all learned
+    assert [bool(w[0]) for _, w, _, _ in decisions] == [True, True, True, False, False]
+    assert [bool(a[0]) for a, _, _, _ in decisions] == [False, False, False, False, True]
+    assert [bool(learn[0]) for _, _, learn, _ in decisions[:4]] == [True] * 4  # warm-up readings are all learned
 
 
 def test_refractory_period_suppresses_alerts_after_one():
@@ -260,7 +262,7 @@ def test_an_alert_budget_lets_a_few_alerts_through_and_then_asks_for_more_surpri
     # Held back, a hot reading still does not teach the statistics (the budget decides alerts, not the hot bar).
     held = gate(100.0)
     decisions = [held.decide(rows(0), np.array([s])) for s in scores]
-    assert [i for i, (alert, _, _) in enumerate(decisions) if alert[0]] == [0, 2, 4]
+    assert [i for i, (alert, *_) in enumerate(decisions) if alert[0]] == [0, 2, 4]
     assert not any(decisions[i][2][0] for i in (6, 8))
 
 
@@ -292,7 +294,7 @@ def test_a_quiet_streams_highest_score_yet_alerts_below_the_threshold():
     low = [1.0, 1.0, 3.2, 1.0, 1.0, 1.0, 1.0, 3.4, 3.8, 1.0, 3.9]
     g = gate()
     decisions = [g.decide(rows(0), np.array([s])) for s in low]
-    assert [i for i, (alert, _, _) in enumerate(decisions) if alert[0]] == [8]
+    assert [i for i, (alert, *_) in enumerate(decisions) if alert[0]] == [8]
     assert not decisions[8][2][0]  # the alerting reading is not learned
     assert g.best_.tolist() == [3.9]
     off = gate(0.0)
@@ -344,7 +346,7 @@ def test_a_state_saved_before_run_peaks_existed_restores_with_them_fresh():
 def test_streams_are_gated_independently():
     gate = AlertGate(threshold=1.0, min_count=2, refractory=5, protect=2, n_streams=2)
     gate.decide(rows(0, 1), np.array([0.0, np.nan]))
-    alert, warming, _ = gate.decide(rows(0, 1), np.array([5.0, 5.0]))
+    alert, warming, _, _ = gate.decide(rows(0, 1), np.array([5.0, 5.0]))
     assert alert.tolist() == [True, False] and warming.tolist() == [False, True]
 
 
@@ -544,18 +546,105 @@ def test_a_state_saved_before_the_step_record_loads_with_a_fresh_one():
     assert restored.steps.n_streams == 2 and (restored.steps.seen_ == 0).all()
 
 
-def _run_detector(detector, distances, z, deviation):
+# StuckRecord: a frozen sensor
+
+
+def _stuck(values, history=20):
+    """Each reading's fresh stuck surprise of one single-channel lane fed ``values`` in order."""
+    record = StuckRecord(channels=1, history=history, n_streams=1)
+    x = np.asarray(values, dtype=float)
+    return np.array([record.surprise(rows(0), window_repeats(x[t - 1 : t + 1, None][None]))[1][0]
+                     for t in range(1, len(x))]), record  # fmt: skip
+
+
+def test_window_repeats_says_equal_different_or_unknown():
+    windows = np.array([[1.0, 2.0, 2.0], [3.0, 2.0, 1.0], [1.0, np.nan, 1.0]])[:, :, None]
+    np.testing.assert_array_equal(window_repeats(windows)[:, 0], [1.0, 0.0, np.nan])
+
+
+def test_a_channel_that_never_repeats_is_stuck_on_its_third_identical_reading():
+    x = np.r_[np.arange(200.0), np.full(4, 199.0)]
+    fresh, _ = _stuck(x)
+    assert np.isnan(fresh[:200]).all()  # the second identical reading is not yet surprising
+    # Third reading of the run: 2 repeats beyond the longest earlier run (1) at the repeat rate 1 / (199 + 2).
+    assert fresh[200] == pytest.approx(2 * math.log10(201)) and fresh[201] == pytest.approx(3 * math.log10(201))
+
+
+def test_a_quantised_channel_must_hold_its_value_longer_than_it_ever_has():
+    holds = np.repeat(np.arange(60.0) % 7, np.tile([1, 2, 3, 4], 15))  # runs of up to 4 identical readings
+    fresh, record = _stuck(np.r_[holds, np.full(30, 9.0)])
+    assert record.longest_[0, 0] == 4
+    rate = (record.repeats_[0, 0] + 1) / (record.pairs_[0, 0] + 2)
+    judged = np.flatnonzero(np.isfinite(fresh))
+    assert judged[0] == len(holds) + 3  # the run's 5th reading: one more than the longest
+    assert fresh[judged[0]] == pytest.approx(-math.log10(rate))
+    assert (np.diff(fresh[judged]) > 0).all()  # more surprising the longer it holds
+
+
+def test_too_short_a_history_or_a_missing_reading_judges_no_run():
+    fresh, _ = _stuck(np.r_[np.arange(10.0), np.full(10, 9.0)])
+    assert np.isnan(fresh).all()  # 10 pairs of history, 20 needed
+    fresh, record = _stuck(np.r_[np.arange(50.0), 49.0, np.nan, 49.0, 49.0])
+    assert np.isnan(fresh[-3:]).all() and record.run_[0, 0] == 2  # the gap ended the run
+
+
+def test_a_stuck_run_alerts_once_names_its_lane_and_the_next_run_must_outlast_it():
+    config = DetectorConfig(min_count=1, min_warmup=1, stuck_history=50, refractory=5)
+    detector = Detector(config, dims=2)
+    detector.add(streams=1, lanes=2)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(340, 2))
+    x[100:140, 1] = x[99, 1]  # lane 1 frozen for 41 readings
+    x[200:230, 1] = x[199, 1]  # then for 31: shorter than before, not stuck
+    x[250:320, 1] = x[249, 1]  # then for 71: longer than any before
+    distance = rng.lognormal(size=(340, 2))
+    stuck, lane, surprise = [], [], []
+    for t in range(1, len(x)):
+        out = detector.step(rows(0), rows(0, 1), rows(0, 0), distance[t], np.zeros((2, 2)), None,
+                            window_repeats(x[t - 1 : t + 1, :, None].transpose(1, 0, 2)))  # fmt: skip
+        stuck.append(bool(out.stuck[0]))
+        lane.append(int(out.lane[0]))
+        surprise.append(float(out.surprise[0]))
+    alerts = [t + 1 for t, s in enumerate(stuck) if s]
+    # The third identical reading (101) is 2 repeats at a rate of 1 in about 100, less log10 of the 2 lanes: 3.7;
+    # the fourth alerts. The third run must beat 41 by enough repeats at the rate the channel has shown since.
+    assert alerts[0] == 102 and len(alerts) == 2 and 290 < alerts[1] < 320
+    assert lane[alerts[0] - 1] == lane[alerts[1] - 1] == 1
+    # The run's surprise keeps its episode open while it lasts (it grows), and ends with the run.
+    assert surprise[110] > surprise[101] >= config.threshold and surprise[141] < config.threshold
+    off = Detector(dataclasses.replace(config, stuck=0), dims=2)
+    off.add(streams=1, lanes=2)
+    assert not any(off.step(rows(0), rows(0, 1), rows(0, 0), distance[t], np.zeros((2, 2)), None,
+                            window_repeats(x[t - 1 : t + 1, :, None].transpose(1, 0, 2))).stuck[0]
+                   for t in range(1, len(x)))  # fmt: skip
+
+
+def test_the_general_model_alerts_a_frozen_sensor_a_few_readings_into_the_freeze():
+    rng = np.random.default_rng(4)
+    n, at = 3000, 2000
+    x = 20 + 5 * np.sin(2 * np.pi * np.arange(n) / 96) + rng.normal(0, 0.5, n)
+    x[at : at + 300] = x[at - 1]  # the sensor holds its last value for 300 readings
+    engine = load_engine(Path(__file__).resolve().parents[2] / "models" / "general.onnx", "cpu")
+    out = detect_recording(engine, x[:, None])
+    alerts = np.flatnonzero(out.alerts)
+    assert alerts.size and at <= alerts[0] <= at + 3
+    assert [(t, cause) for t, state, _, _, cause in out.events if state == "raised"][0] == (alerts[0], "stuck")
+    late = np.flatnonzero(detect_recording(engine, x[:, None], DetectorConfig(stuck=0)).alerts)
+    assert not ((late >= at) & (late <= at + 3)).any()
+
+
+def _run_detector(detector, distances, z, deviation, repeat):
     out = []
-    for d, zz, dev in zip(distances, z, deviation):
-        step = detector.step(rows(0, 1), rows(0, 1, 2), rows(0, 0, 1), d, zz, dev)
-        out.append((step.score, step.alert, step.warming, step.lane, step.deviation))
+    for d, zz, dev, rep in zip(distances, z, deviation, repeat):
+        step = detector.step(rows(0, 1), rows(0, 1, 2), rows(0, 0, 1), d, zz, dev, rep)
+        out.append((step.score, step.alert, step.warming, step.lane, step.deviation, step.stuck))
     return out
 
 
 @pytest.mark.parametrize("round_trip", [npz_round_trip, json_round_trip])
 def test_detector_state_round_trip_mid_stream_equals_an_uninterrupted_run(round_trip):
     config = DetectorConfig(memory=5, stride=2, exclusion=3, horizon=12, short=3, min_count=4, threshold=1.5,
-                            refractory=3, protect=2, prior_weight=10, step_span=16)  # fmt: skip
+                            refractory=3, protect=2, prior_weight=10, step_span=16, stuck_history=8)  # fmt: skip
     prior = {"signals": ["distance", "novelty", "deviation"], "mean": [0.3, -0.5, 1.0], "var": [0.2, 0.4, 0.5],
              "n": 500}  # fmt: skip
     rng = np.random.default_rng(2)
@@ -563,6 +652,8 @@ def test_detector_state_round_trip_mid_stream_equals_an_uninterrupted_run(round_
     distances[rng.random((80, 3)) < 0.05] = np.nan
     z = rng.normal(size=(80, 3, 4))
     deviation = rng.lognormal(size=(80, 3, 2, 2)) * np.where(rng.random((80, 3, 1, 1)) < 0.1, 10, 1)
+    repeat = (rng.random((80, 3, 2)) < 0.1).astype(float)
+    repeat[36:60, 2, 1] = 1.0  # a channel frozen across the restore
 
     def fresh():
         detector = Detector(config, dims=4, card_prior=prior, channels=2)
@@ -570,12 +661,14 @@ def test_detector_state_round_trip_mid_stream_equals_an_uninterrupted_run(round_
         return detector
 
     reference, interrupted = fresh(), fresh()
-    expected = _run_detector(reference, distances, z, deviation)
-    got = _run_detector(interrupted, distances[:40], z[:40], deviation[:40])
+    expected = _run_detector(reference, distances, z, deviation, repeat)
+    got = _run_detector(interrupted, distances[:40], z[:40], deviation[:40], repeat[:40])
     restored = Detector(config, dims=4, card_prior=prior, channels=2)
     restored.load_state(round_trip(interrupted.state_dict()))
-    got += _run_detector(restored, distances[40:], z[40:], deviation[40:])
-    assert any(a.any() for _, a, _, _, _ in expected[40:])  # alerts, refractory and protection are exercised
+    got += _run_detector(restored, distances[40:], z[40:], deviation[40:], repeat[40:])
+    assert any(a.any() for _, a, *_ in expected[40:])  # alerts, refractory and protection are exercised
+    # The frozen channel's run, begun before the restore, alerts once after it (its history of repeats is kept).
+    assert [t for t, (*_, stuck) in enumerate(expected) if stuck[1]] == [42]
     # Steps count after the restore, so the record is exercised across it.
     assert any((dev > deviation[40 + t, :, 0]).any() for t, (*_, dev) in enumerate(expected[40:]))
     np.testing.assert_equal(got, expected)

@@ -63,7 +63,7 @@ def test_csv_has_one_row_per_step_with_scores_events_and_labels(tmp_path, univar
     with open(tmp_path / "out.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == ["step", "value", "raw", "score", "surprise", "threshold", "alert", "warming", "channel",
-                             "event", "severity", "alert_id", "explanation", "label"]  # fmt: skip
+                             "event", "severity", "alert_id", "cause", "explanation", "label"]  # fmt: skip
     assert len(rows) == 2500
     assert [r["surprise"] for r in rows[:2]] == ["", ""] and float(rows[300]["score"]) == result.score[300]
     assert rows[50]["score"] == "" and float(rows[50]["surprise"]) == result.surprise[50]  # no score while warming

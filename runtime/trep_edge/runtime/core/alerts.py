@@ -87,6 +87,7 @@ class AlertEvent:
     score: float
     threshold: float
     episode: int  # 1, 2, ... per stream; stable across the raised/updated/cleared events of one episode
+    cause: str = "anomaly"  # what raised the episode: "anomaly" (the anomaly score) | "stuck" (a frozen channel)
 
     def alert_id(self, stream_name: str) -> str:
         """Return the episode's stable id, ``"{stream_name}-{episode}"``."""
@@ -97,7 +98,8 @@ class AlertTracker(StreamState):
     """Per-stream alert episodes for S streams, stepped one reading per selected stream (module docstring).
 
     State, all ``[S]``: ``active_`` (episode open), ``severity_`` (peak severity index, 0 when idle),
-    ``below_run_`` (consecutive clear-level readings while active), ``episode_`` (episodes raised so far).
+    ``below_run_`` (consecutive clear-level readings while active), ``episode_`` (episodes raised so far),
+    ``stuck_`` (the open episode was raised by a stuck sensor, ``detector.StuckRecord``).
     """
 
     def __init__(self, config: AlertConfig | None = None, n_streams: int = 0) -> None:
@@ -110,6 +112,7 @@ class AlertTracker(StreamState):
             "severity_": np.zeros(n, dtype=np.int8),
             "below_run_": np.zeros(n, dtype=np.int64),
             "episode_": np.zeros(n, dtype=np.int64),
+            "stuck_": np.zeros(n, dtype=bool),
         }
 
     def _config(self) -> dict[str, Any]:
@@ -134,10 +137,11 @@ class AlertTracker(StreamState):
         self.below_run_[idx] = 0
 
     def step(
-        self, stream_idx: np.ndarray, scores: np.ndarray, thresholds: np.ndarray | float, alerts: np.ndarray
+        self, stream_idx: np.ndarray, scores: np.ndarray, thresholds: np.ndarray | float, alerts: np.ndarray,
+        stuck: np.ndarray | None = None,
     ) -> list[AlertEvent]:
-        """Advance the selected streams by one reading each (score, threshold and the detector's alert flag);
-        return the events, in ``stream_idx`` order."""
+        """Advance the selected streams by one reading each (score, threshold, the detector's alert flag and whether
+        that alert is a stuck sensor's); return the events, in ``stream_idx`` order."""
         cfg = self.config
         idx = self._rows(stream_idx, scores, "scores")
         score = np.asarray(scores, dtype=np.float64)
@@ -163,10 +167,15 @@ class AlertTracker(StreamState):
         self.severity_[idx] = np.where(cleared, 0, peak)
         self.below_run_[idx] = np.where(active & ~cleared, below_run, 0)
         self.episode_[idx] = episode
+        frozen = self.stuck_[idx]
+        if stuck is not None:
+            frozen = np.where(raised, np.broadcast_to(np.asarray(stuck, dtype=bool), idx.shape), frozen)
+        self.stuck_[idx] = frozen & ~cleared
 
         state = np.select([raised, updated, cleared], ["raised", "updated", "cleared"], "")
         return [
-            AlertEvent(int(idx[i]), str(state[i]), SEVERITIES[peak[i]], float(score[i]), float(thr[i]), int(episode[i]))
+            AlertEvent(int(idx[i]), str(state[i]), SEVERITIES[peak[i]], float(score[i]), float(thr[i]), int(episode[i]),
+                       "stuck" if frozen[i] else "anomaly")
             for i in np.flatnonzero(state != "")
         ]
 

@@ -29,6 +29,8 @@ own history, on a scale that means the same for every stream and every model:
    it keeps reaching, such as every heart beat, is its normal), for ``debounce`` readings in a row once the stream has
    ``min_count`` scored readings, once per such run, and not within ``refractory`` readings of its previous alert;
    a stream that has spent its alert budget (``budget`` recent alerts) must beat that bar by a margin to alert again.
+   A frozen channel alerts too, outside the anomaly score (``StuckRecord``: a run of identical readings longer than
+   the channel's repeat rate and longest earlier run make likely), once per run and outside the refractory period.
    The daemon's alert episodes (``alerts.AlertTracker``) open on these alerts and no other way. While a stream
    alerts, its signal statistics do not learn (an anomaly must not become the baseline that hides the next one),
    for at most ``protect`` readings in a row — after that a lasting change is the new normal and is learned. The
@@ -84,6 +86,11 @@ quantised or near-flat window are mostly 0, and without a floor every flip of it
 STEP_BLOCKS = 8
 """Blocks a ``StepRecord`` keeps of a lane's recent steps: the record spans the last ``step_span`` readings to within
 one block (an eighth)."""
+
+
+STUCK_MIN_RUN = 3
+"""Identical readings in a row before a run may count as stuck (``StuckRecord``): two equal readings of a continuous
+signal happen; three, where the stream never repeats, are a frozen sensor's first sign."""
 
 
 def transform_signals(values: np.ndarray, signals: tuple[str, ...]) -> np.ndarray:
@@ -175,6 +182,12 @@ class DetectorConfig:
         quiet_margin: surprise by which such a score must beat every earlier score of the stream since its
             ``min_count``-th scored reading (the first windows are mostly padding).
         quiet_after: scored readings a stream needs before its highest score yet may alert this way.
+        stuck: the surprise at which a channel's run of identical readings alerts as a stuck sensor (``StuckRecord``:
+            a second way to alert, outside the anomaly score); 0 disables it. The anomaly signals see a frozen
+            sensor only when it unsticks, which earns a detection nothing; this alerts a few readings into the
+            run (docs/detection.md, the stuck-sensor round).
+        stuck_history: pairs of consecutive readings a channel needs before a run of identical ones may alert (its
+            repeat rate and longest run are read off them).
         deviation_window: the last readings of the model's window that ``deviation`` judges the reading against
             (``window_deviation``; a shorter model window is used whole); 0 = the whole window. The window is the
             model's choice (201 for a model exported with the defaults, 128 for the general model, 49 for the ICU
@@ -215,6 +228,8 @@ class DetectorConfig:
     quiet_margin: float = 0.25
     quiet_after: int = 300
     deviation_window: int = 128
+    stuck: float = 4.0
+    stuck_history: int = 100
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
@@ -231,10 +246,10 @@ class DetectorConfig:
         if self.tail_dof < 0 or self.tail_dof % 2:
             raise ValueError(f"detector tail_dof must be even and >= 2, or 0 for the Gaussian tail, got {self.tail_dof}")
         for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn", "peaks",
-                     "quiet_after"):
+                     "quiet_after", "stuck_history"):
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
-        for name in ("record_decay", "peak_decay", "budget", "budget_cost", "quiet", "quiet_margin"):
+        for name in ("record_decay", "peak_decay", "budget", "budget_cost", "quiet", "quiet_margin", "stuck"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be finite and >= 0, got {getattr(self, name)}")
         if math.isnan(self.record_cap) or self.record_cap <= 0:
@@ -338,6 +353,14 @@ def fold_step(parts: np.ndarray, bar: np.ndarray) -> np.ndarray:
         return np.where(counts, np.fmax(level, np.sqrt(level * step)), level)
 
 
+def window_repeats(windows: np.ndarray) -> np.ndarray:
+    """Whether each window's last step repeats the one before it, per channel ``[n, W, C]`` → ``[n, C]``: 1.0 equal,
+    0.0 different, NaN where either is missing (``StuckRecord``'s input). The stream scaling and the card's
+    normalisation map every step of a window alike, so equal readings stay equal after them."""
+    last, before = windows[:, -1].astype(np.float64), windows[:, -2].astype(np.float64)
+    return np.where(np.isfinite(last) & np.isfinite(before), (last == before).astype(np.float64), np.nan)
+
+
 def upper_tail_surprise(z: np.ndarray) -> np.ndarray:
     """``−log10 P(N(0,1) > z)``, elementwise; exact (erfc) up to z = 8, asymptotic beyond (no underflow)."""
     z = np.asarray(z, dtype=np.float64)
@@ -427,6 +450,13 @@ def _surprise(x: np.ndarray, dof: int) -> np.ndarray:
     if not x.size:
         return np.zeros(x.shape)
     return upper_tail_surprise(x) if dof == 0 else student_upper_tail_surprise(x, dof)
+
+
+def _best_per_stream(values: np.ndarray, lane_of: np.ndarray, n: int) -> np.ndarray:
+    """The largest of each stream's lane ``values`` ``[m]`` → ``[n]`` (NaN where none is finite)."""
+    best = np.full(n, -np.inf)
+    np.maximum.at(best, lane_of, np.where(np.isfinite(values), values, -np.inf))
+    return np.where(np.isfinite(best), best, np.nan)
 
 
 @dataclass(frozen=True)
@@ -545,6 +575,67 @@ class StepRecord(StreamState):
         return out
 
 
+class StuckRecord(StreamState):
+    """Runs of identical readings per lane channel, and the surprise of a run that outlasts the channel's history.
+
+    A frozen sensor or a dropout to a constant repeats its last value. A channel's repeat rate ``p`` (equal pairs of
+    consecutive readings among the pairs before its current run, plus one of each) and longest earlier run ``L`` say
+    how often it repeats by itself; a current run of ``r`` > ``L`` readings (and at least ``STUCK_MIN_RUN``) has
+    surprise ``(r − max(L, 1)) · (−log10 p)``, the chance of that many extra repeats in a row, less ``log10`` of the
+    lane's channels. A channel that never repeats reaches the threshold within a few identical readings; a quantised
+    channel that often holds its value must hold it longer than it ever has. Once a run has alerted, it does not
+    again. A missing reading ends the run. State: ``run_``, ``longest_``, ``pairs_``, ``repeats_`` ``[S, C]`` (int),
+    ``alerted_`` ``[S, C]`` (bool).
+    """
+
+    def __init__(self, channels: int = 1, history: int = 100, n_streams: int = 0) -> None:
+        self.channels, self.history = int(channels), int(history)
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        zeros = functools.partial(np.zeros, (n, self.channels), dtype=np.int64)
+        return {"run_": zeros(), "longest_": zeros(), "pairs_": zeros(), "repeats_": zeros(),
+                "alerted_": np.zeros((n, self.channels), dtype=bool)}  # fmt: skip
+
+    def _config(self) -> dict[str, Any]:
+        return {"channels": self.channels, "history": self.history}
+
+    def surprise(self, idx: np.ndarray, repeat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Record one reading's ``window_repeats`` ``[n, C]`` for each selected lane; return the surprise of each
+        lane's most surprising run, and of its most surprising run that has not alerted yet ``[n]`` (NaN: none),
+        corrected for the lane's channels."""
+        repeat = np.asarray(repeat, dtype=np.float64).reshape(len(idx), self.channels)
+        run, longest = self.run_[idx], self.longest_[idx]
+        same = repeat == 1
+        ended = ~same  # a change or a missing value ends the run; its pairs join the history
+        pairs = self.pairs_[idx] + np.where(ended, np.maximum(run - 1, 0), 0) + (repeat == 0)
+        repeats = self.repeats_[idx] + np.where(ended, np.maximum(run - 1, 0), 0)
+        longest = np.where(ended, np.maximum(longest, run), longest)
+        run = np.where(same, np.maximum(run, 1) + 1, 1)
+        alerted = self.alerted_[idx] & same
+        self.run_[idx], self.longest_[idx], self.pairs_[idx], self.repeats_[idx] = run, longest, pairs, repeats
+        self.alerted_[idx] = alerted
+        channel = self._channel_surprise(run, longest, pairs, repeats)
+        return self._best(channel), self._best(np.where(alerted, -np.inf, channel))
+
+    def _channel_surprise(
+        self, run: np.ndarray, longest: np.ndarray, pairs: np.ndarray, repeats: np.ndarray
+    ) -> np.ndarray:  # fmt: skip
+        bar = np.maximum(longest, 1)
+        judged = (run >= STUCK_MIN_RUN) & (run > bar) & (pairs >= self.history)
+        return np.where(judged, (run - bar) * -np.log10((repeats + 1) / (pairs + 2)), -np.inf)
+
+    def _best(self, channel: np.ndarray) -> np.ndarray:
+        best = channel.max(axis=1, initial=-np.inf) - math.log10(self.channels)
+        return np.where(np.isfinite(best), best, np.nan)
+
+    def mark(self, idx: np.ndarray, level: np.ndarray) -> None:
+        """The selected lanes' runs whose surprise reached ``level [n]`` have alerted: they do not alert again until
+        they end (``surprise`` has recorded this reading)."""
+        channel = self._channel_surprise(self.run_[idx], self.longest_[idx], self.pairs_[idx], self.repeats_[idx])
+        self.alerted_[idx] |= channel - math.log10(self.channels) >= np.asarray(level)[:, None]
+
+
 class SignalStats(StreamState):
     """Long-run mean/variance and the last ``short`` values of K log-signals per lane; their surprise.
 
@@ -652,7 +743,8 @@ class AlertGate(StreamState):
         self, threshold: float, min_count: int, refractory: int, protect: int, debounce: int = 1,
         record_decay: float = 0.0, record_cap: float = math.inf, peaks: int = 0, peak_decay: float = 0.0,
         budget: float = 0.0, budget_span: int = 1, budget_cost: float = 0.0, quiet: float = 0.0,
-        quiet_margin: float = 0.0, quiet_after: int = 0, quiet_start: int = 0, n_streams: int = 0,
+        quiet_margin: float = 0.0, quiet_after: int = 0, quiet_start: int = 0, stuck: float = 0.0,
+        n_streams: int = 0,
     ) -> None:  # fmt: skip
         self.threshold, self.min_count = float(threshold), int(min_count)
         self.refractory, self.protect, self.debounce = int(refractory), int(protect), int(debounce)
@@ -661,6 +753,7 @@ class AlertGate(StreamState):
         self.budget, self.budget_span, self.budget_cost = float(budget), int(budget_span), float(budget_cost)
         self.quiet, self.quiet_margin = float(quiet), float(quiet_margin)
         self.quiet_after, self.quiet_start = int(quiet_after), int(quiet_start)
+        self.stuck = float(stuck)
         self._keep = math.exp(-1.0 / self.budget_span)  # the recent-alert count's decay per reading
         super().__init__(n_streams)
 
@@ -683,10 +776,17 @@ class AlertGate(StreamState):
                 "record_cap": self.record_cap, "peaks": self.peaks, "peak_decay": self.peak_decay,
                 "budget": self.budget, "budget_span": self.budget_span, "budget_cost": self.budget_cost,
                 "quiet": self.quiet, "quiet_margin": self.quiet_margin, "quiet_after": self.quiet_after,
-                "quiet_start": self.quiet_start}  # fmt: skip
+                "quiet_start": self.quiet_start, "stuck": self.stuck}  # fmt: skip
 
-    def decide(self, idx: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Return (alert, warming, learn) for one reading per selected stream, and advance the state."""
+    def decide(
+        self, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Return (alert, warming, learn, stuck alert) for one reading per selected stream, and advance the state.
+
+        ``stuck [n]`` is each stream's ``StuckRecord`` surprise (NaN: none); with ``self.stuck`` > 0 a stream whose
+        stuck surprise reaches it alerts, outside the refractory period of its anomaly alerts. A stuck alert leaves
+        the anomaly path as it was (no refractory period, record, budget or learning of its own): a frozen channel
+        must not hold back the anomaly that follows it, and a run alerts once anyway."""
         scored = np.isfinite(score)
         count = self.scored_[idx] + scored
         warming = count < self.min_count
@@ -718,7 +818,11 @@ class AlertGate(StreamState):
         self.since_[idx] = np.where(alert, 0, since)
         self.hot_[idx] = hot_run
         self.spent_[idx] = spent + alert
-        return alert, warming, (~hot | (hot_run > self.protect)) & ~quiet
+        frozen = np.zeros(len(idx), dtype=bool)
+        if self.stuck and stuck is not None:
+            with np.errstate(invalid="ignore"):
+                frozen = (np.asarray(stuck) >= self.stuck) & ~warming & (since > self.refractory) & ~alert
+        return alert | frozen, warming, (~hot | (hot_run > self.protect)) & ~quiet, frozen
 
     def _remember_peaks(self, idx: np.ndarray, level: np.ndarray, score: np.ndarray, peaks: np.ndarray) -> None:
         """Follow each stream's run at or above the threshold; when it ends, its peak replaces the lowest
@@ -750,6 +854,7 @@ class DetectorStep:
     lane_score: np.ndarray  # [m] each lane's own surprise (signals combined; NaN = none), before the correction
     signals: np.ndarray  # [m, K] each lane's log-signals (NaN = none)
     deviation: np.ndarray  # [m, C] each lane's channels' deviation, steps folded in (NaN = none; explanations)
+    stuck: np.ndarray  # [n] bool: the alert is a stuck sensor's (``StuckRecord``), not the anomaly score's
 
 
 class Detector:
@@ -770,15 +875,16 @@ class Detector:
         prior = SignalPrior.from_card(card_prior, c.signals, c.prior_weight) if card_prior else None
         self.memory = RepresentationMemory(dims, c.memory, c.stride, c.exclusion)
         self.steps = StepRecord(channels, c.step_span, c.step_record)
+        self.stuck = StuckRecord(channels, c.stuck_history)
         self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior, c.tail_dof)
         # A prior stands for that many readings of the stream's own warm-up, never for its first min_warmup.
         warmup = c.min_count if prior is None else max(c.min_count - prior.count, min(c.min_warmup, c.min_count))
         self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect, c.debounce, c.record_decay,
                               c.record_cap, c.peaks, c.peak_decay, c.budget, c.budget_span, c.budget_cost, c.quiet,
-                              c.quiet_margin, c.quiet_after, c.min_count)  # fmt: skip
+                              c.quiet_margin, c.quiet_after, c.min_count, c.stuck)  # fmt: skip
 
     def _lane_parts(self) -> tuple[StreamState, ...]:
-        return (self.memory, self.stats, self.steps)
+        return (self.memory, self.stats, self.steps, self.stuck)
 
     def add(self, streams: int, lanes: int) -> None:
         """Append fresh streams and lanes (numbered after the existing ones)."""
@@ -806,12 +912,14 @@ class Detector:
         distance: np.ndarray,
         z: np.ndarray,
         deviation: np.ndarray | None = None,
+        repeat: np.ndarray | None = None,
     ) -> DetectorStep:
         """Score, decide and learn one reading per selected stream.
 
         ``lanes [m]`` are the lane rows with a value this reading, ``lane_of [m]`` the position in ``stream_idx`` of
         each one's stream, ``distance [m]`` their paper distances (NaN = unscorable), ``z [m, F]`` their unmasked
-        last-step representations and ``deviation [m, 2, C]`` their ``window_deviation`` (None: not available).
+        last-step representations, ``deviation [m, 2, C]`` their ``window_deviation`` and ``repeat [m, C]`` their
+        ``window_repeats`` (None: not available).
         """
         idx = self.gate._rows(stream_idx)
         lanes = np.asarray(lanes, dtype=np.int64)
@@ -849,14 +957,27 @@ class Detector:
         winner = np.full(n, -1, dtype=np.int64)
         top = has[lane_of] & (lane_score == best[lane_of])
         winner[lane_of[top]] = lanes[top]
-        alert, warming, learn = self.gate.decide(idx, score)
+        # A frozen channel (StuckRecord): the surprise of its run, for the episode, and of a run not yet alerted, for
+        # the gate; per stream the best lane's, Bonferroni-corrected like the score.
+        stuck, fresh = np.full(n, np.nan), None
+        if repeat is not None and self.config.stuck:
+            correction = np.log10(np.maximum(np.bincount(lane_of, minlength=n), 1))
+            lane_stuck, lane_fresh = self.stuck.surprise(lanes, repeat)
+            stuck, fresh = (_best_per_stream(v, lane_of, n) - correction for v in (lane_stuck, lane_fresh))
+        alert, warming, learn, frozen = self.gate.decide(idx, score, fresh)
+        if frozen.any():
+            mine = frozen[lane_of]
+            self.stuck.mark(lanes[mine], (self.config.stuck + correction)[lane_of[mine]])
+            named = mine & (lane_fresh - correction[lane_of] == fresh[lane_of])  # the frozen lane names the channel
+            winner[lane_of[named]] = lanes[named]
         baseline = learn[lane_of] & valid
         self.stats.learn(lanes[valid], signals[valid], baseline[valid])
         remembered = valid if self.config.memory_alerts else baseline
         self.memory.remember(lanes[remembered], z[remembered])
-        held = np.where(alert, score, np.fmin(score, np.nextafter(self.config.threshold, -np.inf)))
-        return DetectorStep(np.where(warming, np.nan, held), score, alert, warming, winner, lane_score, signals,
-                            channel_deviation)  # fmt: skip
+        total = np.fmax(score, stuck)  # a stuck run's surprise holds its episode open while the run lasts
+        held = np.where(alert, total, np.fmin(total, np.nextafter(self.config.threshold, -np.inf)))
+        return DetectorStep(np.where(warming, np.nan, held), total, alert, warming, winner, lane_score, signals,
+                            channel_deviation, frozen)  # fmt: skip
 
     def for_model(self, dims: int, card_prior: Mapping[str, Any] | None) -> Detector:
         """This detector's successor for another model with the same inputs (a hot swap): no stream warms up again.
@@ -874,6 +995,7 @@ class Detector:
         new.gate.scored_[active] = np.maximum(new.gate.scored_[active], new.gate.min_count)
         new.stats = new.stats.with_arrays(self.stats.state_dict())
         new.steps = new.steps.with_arrays(self.steps.state_dict())
+        new.stuck = new.stuck.with_arrays(self.stuck.state_dict())
         new.memory.add_streams(new.stats.n_streams)
         return new
 
@@ -908,10 +1030,12 @@ class Detector:
                 getattr(s, part)[lanes[rows], k] = getattr(scratch, part)[rows, k]
 
     def _parts(self) -> tuple[tuple[str, StreamState], ...]:
-        return (("memory", self.memory), ("stats", self.stats), ("gate", self.gate), ("steps", self.steps))
+        return (("memory", self.memory), ("stats", self.stats), ("gate", self.gate), ("steps", self.steps),
+                ("stuck", self.stuck))
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Every part's state as one flat dict of arrays (``memory/``, ``stats/``, ``gate/``, ``steps/`` prefixes)."""
+        """Every part's state as one flat dict of arrays (``memory/``, ``stats/``, ``gate/``, ``steps/``, ``stuck/``
+        prefixes)."""
         state: dict[str, np.ndarray] = {}
         for prefix, part in self._parts():
             state.update({f"{prefix}/{k}": v for k, v in part.state_dict().items()})
@@ -922,10 +1046,10 @@ class Detector:
 
         Each part keeps this detector's configuration: a state saved before a setting existed (an earlier version's
         checkpoint) has no value for it, and its arrays for the setting start fresh; a state saved before the step
-        record gives every lane a fresh one."""
+        record or the stuck record gives every lane a fresh one."""
         for prefix, part in self._parts():
             sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
-            if prefix == "steps" and not sub:
-                self.steps = StepRecord(**part._config(), n_streams=self.stats.n_streams)
+            if prefix in ("steps", "stuck") and not sub:
+                setattr(self, prefix, type(part)(**part._config(), n_streams=self.stats.n_streams))
             else:
                 setattr(self, prefix, part.with_arrays(sub))

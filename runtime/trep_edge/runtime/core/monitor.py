@@ -71,7 +71,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from trep_edge.runtime.core.alerts import SEVERITIES, AlertConfig, AlertEvent, AlertTracker, episode_id
-from trep_edge.runtime.core.detector import Detector, DetectorConfig, DetectorStep, window_deviation
+from trep_edge.runtime.core.detector import (
+    Detector, DetectorConfig, DetectorStep, window_deviation, window_repeats,
+)
 from trep_edge.runtime.core.engine import Engine, Scorer
 from trep_edge.runtime.core.explain import Explanation, Subject, explain_readings
 from trep_edge.runtime.core.reading import Reading
@@ -130,6 +132,7 @@ class AlertOut:
     timestamp: float
     # Raised and updated alerts with [alerts] explain: each channel's contribution to the score (explain.py).
     explanation: Explanation | None = None
+    cause: str = "anomaly"  # what raised the episode: "anomaly" | "stuck" (a channel frozen at one value)
 
 
 @dataclass
@@ -279,7 +282,7 @@ class Monitor:
             ("monitor/streams", self._stream_rows, "stream", 1), ("monitor/lanes", self._lane_rows, "lane", 1),
             ("detector/gate", self._detector.gate, "stream", 1), ("detector/memory", self._detector.memory, "lane", 1),
             ("detector/stats", self._detector.stats, "lane", 1), ("detector/steps", self._detector.steps, "lane", 1),
-            ("tracker", self._tracker, "stream", 1),
+            ("detector/stuck", self._detector.stuck, "lane", 1), ("tracker", self._tracker, "stream", 1),
         ]  # fmt: skip
         if self._scaler is not None:
             holders.append(("scaler", self._scaler, "lane", self.engine.card.input_dims))
@@ -430,16 +433,18 @@ class Monitor:
         seconds = time.perf_counter() - started
         # The deviation signal and explanations read each scored step's window, whatever the engine needs.
         with_windows = self._scorer.needs_windows or "deviation" in self.detector_config.signals \
-            or self.alert_config.explain  # fmt: skip
+            or self.detector_config.stuck > 0 or self.alert_config.explain  # fmt: skip
         batch = self._store.collect(now, with_windows=with_windows)
         self._counters["ticks"] += 1
         rounds = lane_rounds(self._lane_rows.stream[batch.stream_idx], batch.step)
         deviation = np.full((len(batch), 2, self._lane_channels), np.nan)
+        repeat = np.full((len(batch), self._lane_channels), np.nan)
         inputs = batch.windows  # the windows the model saw, one per complete row (scaled for stream-scaled models)
         started = time.perf_counter()
         if batch.windows.shape[0]:
             inputs = self._scaled_windows(batch, rounds, np.flatnonzero(batch.complete))
             deviation[batch.complete] = window_deviation(inputs, self.detector_config.deviation_window)
+            repeat[batch.complete] = window_repeats(inputs)
         out = self._scorer.score(batch, rounds, inputs)
         raw = np.where(batch.complete, raw_score(out.z_unmasked, out.z_masked), np.nan)
         z, rows_sent = out.z_unmasked, out.rows
@@ -452,7 +457,8 @@ class Monitor:
         window_of = np.cumsum(batch.complete) - 1 if len(inputs) else np.full(len(batch), -1)
         window_of[~batch.complete] = -1
         for rows in rounds:
-            self._step_round(batch, rows, raw[rows], z[rows], deviation[rows], (inputs, window_of), scored, alerts)
+            self._step_round(batch, rows, raw[rows], z[rows], deviation[rows], repeat[rows], (inputs, window_of),
+                             scored, alerts)  # fmt: skip
         sensor, self._sensor = self._sensor, []
         gate, rows = self._detector.gate, {s.stream: self._index[s.stream] for s in scored}
         at = np.fromiter(rows.values(), dtype=np.int64, count=len(rows))
@@ -483,6 +489,7 @@ class Monitor:
         raw: np.ndarray,
         z: np.ndarray,
         deviation: np.ndarray,
+        repeat: np.ndarray,
         inputs: tuple[np.ndarray, np.ndarray],
         scored: list[ScoredReading],
         alerts: list[AlertOut],
@@ -492,12 +499,13 @@ class Monitor:
         reset = batch.reset[rows]
         if reset.any():
             self._detector.reset(np.unique(streams[lane_of[reset]]), lanes[reset])
-        out = self._detector.step(streams, lanes, lane_of, raw, z, deviation)
+        out = self._detector.step(streams, lanes, lane_of, raw, z, deviation, repeat)
         self._counters["scored"] += int(np.isfinite(out.score).sum())
         self._counters["detections"] += int(out.alert.sum())
         threshold = self.detector_config.threshold
         # Episodes follow the surprise (severity, clear), and open on the detector's alerts only.
-        events = self._tracker.step(streams, np.where(out.warming, np.nan, out.surprise), threshold, out.alert)
+        events = self._tracker.step(streams, np.where(out.warming, np.nan, out.surprise), threshold, out.alert,
+                                    out.stuck)  # fmt: skip
 
         is_reading = np.zeros(len(streams), dtype=bool)
         np.logical_or.at(is_reading, lane_of, batch.reading[rows])
@@ -585,6 +593,7 @@ class Monitor:
             alert_id=event.alert_id(stream), stream=stream, state=event.state, severity=event.severity,
             score=event.score, threshold=event.threshold, channel=channel, values=values,
             window_start=(step - w + 1) * period, window_end=step * period, timestamp=stamp, explanation=explanation,
+            cause=event.cause,
         )  # fmt: skip
 
     # stream management

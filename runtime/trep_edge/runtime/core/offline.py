@@ -98,7 +98,8 @@ class Detection:
     alerts: np.ndarray  # the detector's decisions
     warming: np.ndarray
     lane: np.ndarray  # the column (lane) behind each row's score; -1: none
-    events: list[tuple[int, str, str, str]] = field(default_factory=list)  # (row, state, severity, alert_id)
+    # (row, state, severity, alert_id, cause)
+    events: list[tuple[int, str, str, str, str]] = field(default_factory=list)
     # row -> the explanation of the episode raised or updated at that row ([alerts] explain)
     explanations: dict[int, Explanation] = field(default_factory=dict)
 
@@ -158,7 +159,7 @@ def detect_recording(
             out.lane[t] = lane_of[s.channel] if s.channel else 0 if math.isfinite(s.surprise) else -1
         for a in result.alerts:
             t = row_of[a.timestamp]
-            out.events.append((t, a.state, a.severity, a.alert_id))
+            out.events.append((t, a.state, a.severity, a.alert_id, a.cause))
             if a.explanation is not None:
                 out.explanations[t] = a.explanation
     return out

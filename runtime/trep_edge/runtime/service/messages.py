@@ -55,6 +55,7 @@ def alert_message(alert: AlertOut, engine: Engine, revision: str) -> dict[str, A
         "status": STATUS_OF_STATE[alert.state],
         "active": alert.state != "cleared",
         "severity": alert.severity,
+        "cause": alert.cause,
         "score": finite_or_none(alert.score),
         "threshold": finite_or_none(alert.threshold),
         "channel": alert.channel or None,

@@ -94,10 +94,10 @@ def median_interval(timestamps: np.ndarray) -> float:
 
 def write_csv(result: FileScores, path: str | Path) -> None:
     """One row per step: step, channel values, raw, score, surprise, threshold, alert, warming, channel, event,
-    severity, alert_id, explanation (the alert message's, as JSON), label."""
+    severity, alert_id, cause, explanation (the alert message's, as JSON), label."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    events = {step: (state, severity, alert_id) for step, state, severity, alert_id in result.events}
+    events = {step: rest for step, *rest in result.events}
 
     def num(v: float) -> str:
         return "" if not math.isfinite(v) else repr(float(v))
@@ -105,15 +105,15 @@ def write_csv(result: FileScores, path: str | Path) -> None:
     with open(path, "w", newline="") as fh:
         out = csv.writer(fh)
         out.writerow(["step", *result.channels, "raw", "score", "surprise", "threshold", "alert", "warming", "channel",
-                      "event", "severity", "alert_id", "explanation", "label"])  # fmt: skip
+                      "event", "severity", "alert_id", "cause", "explanation", "label"])  # fmt: skip
         for t in range(len(result.raw)):
-            state, severity, alert_id = events.get(t, ("", "", ""))
+            state, severity, alert_id, cause = events.get(t, ("", "", "", ""))
             label = "" if result.labels is None else int(result.labels[t])
             why = result.explanations.get(t)
             explanation = "" if why is None else json.dumps(why.to_dict())
             out.writerow([t, *(num(v) for v in result.values[t]), num(result.raw[t]), num(result.score[t]),
                           num(result.surprise[t]), num(result.threshold), int(result.alerts[t]), int(result.warming[t]), result.channel[t],
-                          state, severity, alert_id, explanation, label])  # fmt: skip
+                          state, severity, alert_id, cause, explanation, label])  # fmt: skip
 
 
 def _spans(mask: np.ndarray) -> list[tuple[int, int]]:
@@ -160,7 +160,7 @@ def write_plot(result: FileScores, path: str | Path, title: str = "", step_hours
             for k, (a, b) in enumerate(_spans(result.labels)):
                 ax.axvspan((a - pad) * unit, (b + pad) * unit, color="orange", alpha=0.35,
                            label="labelled anomaly" if k == 0 else None)  # fmt: skip
-        for step, state, _, _ in result.events:
+        for step, state, *_ in result.events:
             if state == "raised":
                 ax.axvline(step * unit, color="crimson", lw=0.8, alpha=0.8)
     top.legend(loc="upper right", fontsize=8)

@@ -79,9 +79,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{series.stream}: {len(result.raw)} steps scored with {engine.card.name} (sha256 {engine.sha256[:12]})")
     print(f"detector alerts at steps {result.alerts.nonzero()[0].tolist()[:20]}"
           + (" ..." if result.alerts.sum() > 20 else ""))  # fmt: skip
-    for step, state, severity, alert_id in result.events:
+    for step, state, severity, alert_id, cause in result.events:
         why = result.explanations.get(step)
-        print(f"  step {step}: {alert_id} {state} ({severity})" + (f", top: {', '.join(why.top)}" if why else ""))
+        print(f"  step {step}: {alert_id} {state} ({severity}" + (", stuck sensor" if cause == "stuck" else "") + ")"
+              + (f", top: {', '.join(why.top)}" if why else ""))
     if result.labels is not None and result.labels.any():
         idx = result.labels.nonzero()[0]
         print(f"labelled anomaly steps {idx[0]}..{idx[-1]} ({int(result.labels.sum())} steps)")
