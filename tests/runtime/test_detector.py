@@ -631,6 +631,11 @@ def test_the_general_model_alerts_a_frozen_sensor_a_few_readings_into_the_freeze
     assert [(t, cause) for t, state, _, _, cause in out.events if state == "raised"][0] == (alerts[0], "stuck")
     late = np.flatnonzero(detect_recording(engine, x[:, None], DetectorConfig(stuck=0)).alerts)
     assert not ((late >= at) & (late <= at + 3)).any()
+    # A level far beyond what the stream scale has learnt is clipped for the model, not frozen: no stuck alert.
+    y = 50 + rng.normal(0, 0.2, n)
+    y[at:] += 40  # 200 learnt scales: past the scaler's clip of 100
+    np.testing.assert_array_equal(detect_recording(engine, y[:, None]).alerts,
+                                  detect_recording(engine, y[:, None], DetectorConfig(stuck=0)).alerts)
 
 
 def _run_detector(detector, distances, z, deviation, repeat):

@@ -355,8 +355,9 @@ def fold_step(parts: np.ndarray, bar: np.ndarray) -> np.ndarray:
 
 def window_repeats(windows: np.ndarray) -> np.ndarray:
     """Whether each window's last step repeats the one before it, per channel ``[n, W, C]`` → ``[n, C]``: 1.0 equal,
-    0.0 different, NaN where either is missing (``StuckRecord``'s input). The stream scaling and the card's
-    normalisation map every step of a window alike, so equal readings stay equal after them."""
+    0.0 different, NaN where either is missing (``StuckRecord``'s input). Give it the windows before the stream
+    scaling: that clips, so a level far beyond what the scale has learnt would read as a frozen one. The card's
+    normalisation maps every step of a window alike, so equal readings stay equal after it."""
     last, before = windows[:, -1].astype(np.float64), windows[:, -2].astype(np.float64)
     return np.where(np.isfinite(last) & np.isfinite(before), (last == before).astype(np.float64), np.nan)
 

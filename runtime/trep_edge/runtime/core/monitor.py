@@ -444,7 +444,8 @@ class Monitor:
         if batch.windows.shape[0]:
             inputs = self._scaled_windows(batch, rounds, np.flatnonzero(batch.complete))
             deviation[batch.complete] = window_deviation(inputs, self.detector_config.deviation_window)
-            repeat[batch.complete] = window_repeats(inputs)
+            # Before the stream scaling, which clips: a level far beyond what the scale has learnt would repeat the clip.
+            repeat[batch.complete] = window_repeats(batch.windows)
         out = self._scorer.score(batch, rounds, inputs)
         raw = np.where(batch.complete, raw_score(out.z_unmasked, out.z_masked), np.nan)
         z, rows_sent = out.z_unmasked, out.rows
