@@ -951,8 +951,7 @@ class Detector:
             per_lane = len(columns)
         # Per stream: the best lane, corrected for the number of tests made (lanes with a value, × signals for max).
         tests = np.bincount(lane_of, weights=valid.astype(np.float64), minlength=n) * per_lane
-        best = np.full(n, -np.inf)
-        np.maximum.at(best, lane_of, np.where(np.isfinite(lane_score), lane_score, -np.inf))
+        best = _best_per_stream(lane_score, lane_of, n)
         has = np.isfinite(best)
         score = np.where(has, best - np.log10(np.maximum(tests, 1)), np.nan)
         winner = np.full(n, -1, dtype=np.int64)
