@@ -1,6 +1,7 @@
 """A private Mosquitto broker on a free loopback port, for the demo and the tests (never for production)."""
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -10,11 +11,28 @@ from pathlib import Path
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on right now, below the kernel's ephemeral range when it is known.
+
+    A port the kernel picked for ``bind(0)`` comes from the range it also hands to outgoing connections, so between
+    this call and the server's own bind a client socket (an MQTT client, an HTTP probe) could take it; a random port
+    below that range is never handed out that way."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    candidates = [random.randrange(10000, low) for _ in range(50)] if low > 10000 else []
+    for port in [*candidates, 0]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError("no free TCP port on 127.0.0.1")
 
 
 def wait_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> None:
