@@ -187,7 +187,9 @@ class DetectorConfig:
             sensor only when it unsticks, which earns a detection nothing; this alerts a few readings into the
             run (docs/detection.md, the stuck-sensor round).
         stuck_history: pairs of consecutive readings a channel needs before a run of identical ones may alert (its
-            repeat rate and longest run are read off them).
+            repeat rate and longest run are read off them). Real signals hold a value for longer now and then than
+            a few hundred readings show, and a young channel's first such hold alerted (docs/detection.md, the
+            stuck-history round).
         deviation_window: the last readings of the model's window that ``deviation`` judges the reading against
             (``window_deviation``; a shorter model window is used whole); 0 = the whole window. The window is the
             model's choice (201 for a model exported with the defaults, 128 for the general model, 49 for the ICU
@@ -229,7 +231,7 @@ class DetectorConfig:
     quiet_after: int = 300
     deviation_window: int = 128
     stuck: float = 4.0
-    stuck_history: int = 100
+    stuck_history: int = 1000
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
