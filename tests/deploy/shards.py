@@ -69,9 +69,10 @@ def received(collector: Collector, kind: str, t0: float) -> list[Published]:
     return out
 
 
-def events(alerts: list[Published], stream: str) -> list[tuple[int, str, str, str]]:
-    """A stream's alert changes as ``trep-edge score`` lists them: (step, state, severity, alert_id)."""
-    return [(a.step, a.body["state"], a.body["severity"], a.body["alert_id"]) for a in alerts if a.stream == stream]
+def events(alerts: list[Published], stream: str) -> list[tuple[int, str, str, str, str]]:
+    """A stream's alert changes as ``trep-edge score`` lists them: (step, state, severity, alert_id, cause)."""
+    return [(a.step, a.body["state"], a.body["severity"], a.body["alert_id"], a.body["cause"])
+            for a in alerts if a.stream == stream]  # fmt: skip
 
 
 def assert_scores_match(scores: list[Published], reference: FileScores) -> None:

@@ -105,13 +105,15 @@ def _floats(rows: list, key: str) -> np.ndarray:
     return np.array([np.nan if r[key] in ("", None) else float(r[key]) for r in rows])
 
 
-def _daemon_events(e2e, stream) -> list[tuple[int, str, str, str]]:
+def _daemon_events(e2e, stream) -> list[tuple[int, str, str, str, str]]:
     first = e2e["scores"][stream][0]["step"]
-    return [(round(a["window_end"]) - first, a["state"], a["severity"], a["alert_id"]) for a in e2e["alerts"][stream]]
+    return [(round(a["window_end"]) - first, a["state"], a["severity"], a["alert_id"], a["cause"])
+            for a in e2e["alerts"][stream]]  # fmt: skip
 
 
-def _offline_events(e2e, stream) -> list[tuple[int, str, str, str]]:
-    return [(int(r["step"]), r["event"], r["severity"], r["alert_id"]) for r in e2e["offline"][stream] if r["event"]]
+def _offline_events(e2e, stream) -> list[tuple[int, str, str, str, str]]:
+    return [(int(r["step"]), r["event"], r["severity"], r["alert_id"], r["cause"])
+            for r in e2e["offline"][stream] if r["event"]]  # fmt: skip
 
 
 @pytest.mark.parametrize("stream", ["ucr135", "ucr135-spike"])
@@ -149,7 +151,7 @@ def test_daemon_alerts_carry_the_explanation_trep_edge_score_writes(e2e):
 
 def test_injected_labelled_anomaly_raises_an_alert_inside_it(e2e):
     labelled = np.flatnonzero(e2e["labels"]["ucr135-spike"])
-    raised = [step for step, state, _, _ in _daemon_events(e2e, "ucr135-spike") if state == "raised"]
+    raised = [step for step, state, *_ in _daemon_events(e2e, "ucr135-spike") if state == "raised"]
     assert any(labelled[0] <= step <= labelled[-1] for step in raised), raised
     alert = next(a for a in e2e["alerts"]["ucr135-spike"] if a["state"] == "raised")
     assert alert["advisory"] is True and alert["schema_version"] == 1 and len(alert["model"]["sha256"]) == 64
@@ -165,7 +167,7 @@ MISSED = ("the tiny fixture model (40 training steps) does not detect UCR 135's 
 @pytest.mark.xfail(strict=True, reason=MISSED)
 def test_real_labelled_anomaly_of_ucr135_raises_an_alert_inside_it(e2e):
     labelled = np.flatnonzero(e2e["labels"]["ucr135"])
-    raised = [step for step, state, _, _ in _daemon_events(e2e, "ucr135") if state == "raised"]
+    raised = [step for step, state, *_ in _daemon_events(e2e, "ucr135") if state == "raised"]
     assert any(labelled[0] <= step <= labelled[-1] for step in raised), raised
 
 

@@ -44,8 +44,7 @@ def test_sigkilled_daemon_resumes_from_its_checkpoint_without_warmup_or_duplicat
     series = _series(ucr_series)
     engine = load_engine(univariate_model, "cpu")
     reference = score_recording(engine, series, detector=DetectorConfig(**DETECTOR)).events
-    reference = [e[:4] for e in reference]  # the daemon side compares (step, state, severity, alert_id)
-    assert [state for _, state, _, _ in reference].count("raised") == len(SPIKES)
+    assert [state for _, state, *_ in reference].count("raised") == len(SPIKES)
 
     tables = daemon_tables(broker, univariate_model, tmp_path, windows={"max_gap": 200}, detector=DETECTOR,
                            monitor={"tick_interval": 0.1}, state={"checkpoint_interval": 0.5})  # fmt: skip
@@ -110,9 +109,10 @@ def test_sigkilled_daemon_resumes_from_its_checkpoint_without_warmup_or_duplicat
     assert all(checkpoint_step < m <= killed_at + RATE for m in missing), (missing, checkpoint_step, killed_at, late)
     assert len(missing) <= RATE * 0.5, f"{len(missing)} readings lost at the kill"
 
-    events = [(round(m.json()["window_end"]) - first, m.json()["state"], m.json()["severity"], m.json()["alert_id"])
+    fields = ("state", "severity", "alert_id", "cause")
+    events = [(round(m.json()["window_end"]) - first, *(m.json()[k] for k in fields))
               for m in out.select("trep-edge/alerts/bedside")]  # fmt: skip
-    keys = [(alert_id, state) for _, state, _, alert_id in events]
+    keys = [(alert_id, state) for _, state, _, alert_id, _ in events]
     assert len(keys) == len(set(keys)), f"duplicated alert changes: {events}"
     window = 64
     zone = (checkpoint_step, killed_at + len(missing) + window)
