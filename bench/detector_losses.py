@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 
 import detector_replay as dr
-from trep_edge.runtime.core.detector import DetectorConfig
 from trep_edge.training.evaluation.detection_corpus import Stream
 from trep_edge.training.evaluation.detection_metrics import PROFILES, nab_parts, nab_windows, probation, scaled_sigmoid
 
@@ -86,10 +85,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.check:
         parser.error("--check belongs to bench/detector_replay.py")
-    try:
-        variants = {"trep": DetectorConfig()} | DetectorConfig.variants(args.variants)
-    except ValueError as exc:
-        parser.error(str(exc))
+    variants = dr.committed_and(args.variants, parser)
     bench = dr.Bench.load(args)
     command = "python bench/detector_losses.py " + " ".join(
         dr.corpus_flags(args)

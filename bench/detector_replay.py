@@ -190,6 +190,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "--per-stream-train-flags='--seed 1'")
 
 
+def committed_and(specs: list[str], parser: argparse.ArgumentParser) -> dict[str, DetectorConfig]:
+    """The committed detector (``trep``) and the ``NAME:key=value;...`` variants, or the parser's error."""
+    try:
+        return {"trep": DetectorConfig()} | DetectorConfig.variants(specs)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
 def corpus_flags(args: argparse.Namespace) -> list[str]:
     """The options of ``add_arguments`` that choose the corpus and its models, as a results file's command says."""
     return (["--quick"] * args.quick + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
@@ -208,12 +216,13 @@ class Bench:
     started: float
 
     @classmethod
-    def load(cls, args: argparse.Namespace) -> Bench:
-        """Capture or read back every stream's tape, as the options in ``add_arguments`` select."""
+    def load(cls, args: argparse.Namespace, streams: list[Stream] | None = None) -> Bench:
+        """Capture or read back every stream's tape, as the options in ``add_arguments`` select; ``streams``: these
+        instead of the benchmark's corpus."""
         if args.per_stream_train_flags and not args.per_stream:
             raise SystemExit("--per-stream-train-flags trains per-stream models: give --per-stream too")
         started = time.perf_counter()
-        streams = corpus(args.data_root, args.quick)
+        given, streams = streams is not None, corpus(args.data_root, args.quick) if streams is None else streams
         cache = Path(args.cache).expanduser()
         if args.per_stream:
             from trep_edge.training.evaluation import detection_per_stream as ps
@@ -223,7 +232,7 @@ class Bench:
             except ValueError as exc:
                 raise SystemExit(f"--per-stream-train-flags {args.per_stream_train_flags!r}: {exc}") from None
             models = ps.PerStreamModels(Path(args.per_stream).expanduser(), extra=extra)
-            streams = [s for s in streams if s.category in ps.CATEGORIES]
+            streams = streams if given else [s for s in streams if s.category in ps.CATEGORIES]
             engine_of = models.engine  # one model at a time: 88 onnxruntime sessions at once take about 9 GB
             groups = [[k] for k in range(len(streams))]  # each stream on a detector of its own model's shape
         else:
@@ -286,6 +295,13 @@ class Bench:
                          | {c: round(float(results["rows"][name][c]["nab_standard"]), 1) for c in categories}),
               flush=True)  # fmt: skip
 
+    def score_variants(self, results: dict, variants: dict[str, DetectorConfig], out: str | None) -> None:
+        """Replay and score each variant in turn (a row each), then ``finish``."""
+        for name, config in variants.items():
+            began = time.perf_counter()
+            self.score(results, name, self.run(config), began)
+        self.finish(results, out)
+
     def finish(self, results: dict, out: str | None) -> None:
         """Stamp the wall time and write the tables to ``out`` (if given)."""
         results["wall_seconds"] = time.perf_counter() - self.started
@@ -300,10 +316,7 @@ def main() -> None:
     add_arguments(parser)
     parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
     args = parser.parse_args()
-    try:
-        variants = {"trep": DetectorConfig()} | DetectorConfig.variants(args.variants)
-    except ValueError as exc:
-        parser.error(str(exc))
+    variants = committed_and(args.variants, parser)
     for name, config in variants.items():
         changed = [s for s in INPUT_SETTINGS if getattr(config, s) != getattr(DetectorConfig(), s)]
         if changed:
@@ -315,10 +328,7 @@ def main() -> None:
     results = bench.results("python bench/detector_replay.py " + " ".join(
         corpus_flags(args) + ["--check"] * args.check
         + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)), args)
-    for name, config in variants.items():
-        began = time.perf_counter()
-        bench.score(results, name, bench.run(config), began)
-    bench.finish(results, args.out)
+    bench.score_variants(results, variants, args.out)
 
 
 if __name__ == "__main__":

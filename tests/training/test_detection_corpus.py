@@ -51,3 +51,21 @@ def test_the_quick_archive_streams_have_every_kind_once_every_size_and_one_fault
 def test_the_corpus_holds_the_archive_category(root):
     categories = [s.category for s in dc.archive(root, 22)]
     assert categories == ["archive"] * 22
+
+
+def test_clustered_streams_hold_three_or_four_ending_faults_close_together_and_stay_out_of_the_corpus():
+    path = data_root()
+    if not (path / "ETT" / "ETTh1.csv").is_file():
+        pytest.skip(f"ETT data not found under {path} (set TREP_EDGE_DATA)")
+    streams = dc.clustered(path, 4)
+    again = dc.clustered(path, 4)
+    assert all(np.array_equal(a.values, b.values, equal_nan=True) for a, b in zip(streams, again))
+    assert [len(s.events) for s in streams] == [3, 4, 3, 4]
+    for s in streams:
+        assert s.category == "clustered" and 4000 <= len(s.values) < 6000
+        assert s.events[0][0] == int(0.3 * len(s.values)) and s.events[-1][1] < len(s.values)
+        for (_, end), (onset, _) in zip(s.events, s.events[1:]):
+            assert 250 <= onset - end < 450  # past the refractory period, within the gate's memory of the last
+        assert all(k.rstrip("0123456789.") in ("spike", "dip", "variance", "dropout", "cycle", "frequency")
+                   for k in s.meta["kinds"])
+    assert all(s.category != "clustered" for s in dc.corpus(None, True))

@@ -68,3 +68,18 @@ def test_extra_train_flags_are_echoed_runnable_and_need_per_stream():
     assert parser.parse_args(shlex.split(" ".join(replay_bench.corpus_flags(args)))) == args
     with pytest.raises(SystemExit, match="give --per-stream too"):
         replay_bench.Bench.load(parser.parse_args(["--per-stream-train-flags=--seed 1"]))
+
+
+def test_a_bench_of_given_streams_replays_them_as_the_monitor_scores_them(tmp_path):
+    # bench/clustered_faults.py hands its own streams to Bench.load instead of the benchmark's corpus.
+    parser = argparse.ArgumentParser()
+    replay_bench.add_arguments(parser)
+    args = parser.parse_args(["--model", str(ROOT / "models" / "general.onnx"), "--icu-model",
+                              str(ROOT / "models" / "icu-vitals.onnx"), "--cache", str(tmp_path)])  # fmt: skip
+    streams = _streams()
+    bench = replay_bench.Bench.load(args, streams)
+    assert [s.name for s in bench.streams] == ["one", "three"] and bench.groups == [[0, 1]]
+    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
+    for s, (score, alerts) in zip(streams, bench.run(DetectorConfig())):
+        want = detect_recording(engine, s.values, DetectorConfig())
+        assert np.array_equal(score, want.score, equal_nan=True) and np.array_equal(alerts, want.alerts)

@@ -195,6 +195,34 @@ def multi(root: Path, count: int, seed: int = 1) -> list[Stream]:
     return streams
 
 
+def clustered(root: Path, count: int, seed: int = 3) -> list[Stream]:
+    """``count`` streams with three or four short faults close together (not part of ``corpus``).
+
+    Faults of the kinds that end (spike, dip, variance, dropout, cycle, frequency) at random sizes, each 250–450
+    readings after the last, from 30 % of a 4,000–6,000-reading excerpt: enough apart for the refractory period to
+    pass, close enough that what the alert gate learned from the first ones still stands when the next one comes.
+    ``bench/clustered_faults.py`` scores the detector on them; the benchmark's ``multi`` streams space their faults
+    over the whole stream."""
+    rng = np.random.default_rng(seed)
+    sources = [s for s in _sources(root) if len(s[1]) >= 6000]
+    kinds = ("spike", "dip", "variance", "dropout", "cycle", "frequency")
+    streams = []
+    for k in range(count):
+        name, values = sources[k % len(sources)]
+        block, channels, series = _excerpt(values, rng, (4000, 6000), k % 4 == 3)
+        onset, events, labels = int(0.3 * len(series)), [], []
+        for _ in range(3 + k % 2):
+            kind, size = str(rng.choice(kinds)), float(rng.choice(SIZES))
+            series, found = inject(series, kind, size, rng, onset)
+            events += found
+            labels.append(f"{kind}{size:g}")
+            onset = found[-1][1] + int(rng.integers(250, 450))
+        block[:, 0] = series
+        streams.append(Stream(f"{name}#c{k}:{'+'.join(labels)}", "clustered", [f"c{c}" for c in channels], block,
+                              events, meta={"kinds": labels}))  # fmt: skip
+    return streams
+
+
 def ucr(root: Path, names: tuple[str, ...] = UCR) -> list[Stream]:
     """The UCR anomaly series: the train part is normal, the test part holds one labelled segment."""
     out = []
