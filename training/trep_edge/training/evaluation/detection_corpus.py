@@ -14,6 +14,8 @@
   random, one per equal slot of the part after probation), as real feeds have: a false alarm or a long refractory
   period now costs the next event, which one-event streams cannot show.
 - ``ucr``: the three UCR anomaly archive series (train part, then one labelled segment in the test part).
+- ``clustered`` (not in ``corpus``): streams of the same carriers with three or four faults a few hundred readings
+  apart, for ``bench/clustered_faults.py``: what the alert gate learned from one fault must not silence the next.
 - ``sepsis``: PhysioNet 2019 set B patients with odd ids (never model training data), seven vitals, hourly; the
   event is the first hour labelled septic; most patients have none.
 """
