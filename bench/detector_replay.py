@@ -222,7 +222,8 @@ class Bench:
         if args.per_stream_train_flags and not args.per_stream:
             raise SystemExit("--per-stream-train-flags trains per-stream models: give --per-stream too")
         started = time.perf_counter()
-        given, streams = streams is not None, corpus(args.data_root, args.quick) if streams is None else streams
+        from_corpus = streams is None
+        streams = corpus(args.data_root, args.quick) if from_corpus else streams
         cache = Path(args.cache).expanduser()
         if args.per_stream:
             from trep_edge.training.evaluation import detection_per_stream as ps
@@ -232,7 +233,8 @@ class Bench:
             except ValueError as exc:
                 raise SystemExit(f"--per-stream-train-flags {args.per_stream_train_flags!r}: {exc}") from None
             models = ps.PerStreamModels(Path(args.per_stream).expanduser(), extra=extra)
-            streams = streams if given else [s for s in streams if s.category in ps.CATEGORIES]
+            if from_corpus:  # the evaluator's protocol trains models for these categories only; given streams all
+                streams = [s for s in streams if s.category in ps.CATEGORIES]
             engine_of = models.engine  # one model at a time: 88 onnxruntime sessions at once take about 9 GB
             groups = [[k] for k in range(len(streams))]  # each stream on a detector of its own model's shape
         else:
