@@ -69,3 +69,21 @@ def test_clustered_streams_hold_three_or_four_ending_faults_close_together_and_s
         assert all(k.rstrip("0123456789.") in ("spike", "dip", "variance", "dropout", "cycle", "frequency")
                    for k in s.meta["kinds"])
     assert all(s.category != "clustered" for s in dc.corpus(None, True))
+
+
+def test_short_streams_are_at_most_2000_readings_with_every_kind_and_size_and_stay_out_of_the_corpus(root):
+    streams = dc.short(root, 33)
+    again = dc.short(root, 33)
+    assert all(np.array_equal(a.values, b.values, equal_nan=True) for a, b in zip(streams, again))
+    assert sorted(s.meta["kind"] for s in streams) == sorted(dc.KINDS * 3)
+    assert {s.meta["size"] for s in streams} == set(dc.SIZES)
+    sources = {name: len(values) for name, values in dc._sources(root) + dc._archive_sources(root)}
+    assert {s.name.split("#")[0] for s in streams} == set(sources)  # every carrier, synthetic and archive
+    for s in streams:
+        # 1,000–2,000 readings, or the whole carrier where it is shorter (the MIMIC-II half holds 968).
+        assert s.category == "short" and min(1000, sources[s.name.split("#")[0]]) <= len(s.values) < 2000
+        assert (s.events == []) == (s.meta["kind"] == "none")
+        for onset, last in s.events:
+            assert 0.35 * len(s.values) <= onset <= last < len(s.values)
+    assert any(s.values.shape[1] > 1 for s in streams)
+    assert all(s.category != "short" for s in dc.corpus(None, True))

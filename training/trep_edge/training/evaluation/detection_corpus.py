@@ -14,6 +14,8 @@
   random, one per equal slot of the part after probation), as real feeds have: a false alarm or a long refractory
   period now costs the next event, which one-event streams cannot show.
 - ``ucr``: the three UCR anomaly archive series (train part, then one labelled segment in the test part).
+- ``short`` (not in ``corpus``): one-fault streams of the same carriers only 1,000–2,000 readings long, for
+  ``bench/short_streams.py``: a per-stream model and the detector's statistics then learn from 150–300 readings.
 - ``clustered`` (not in ``corpus``): streams of the same carriers with three or four faults a few hundred readings
   apart, for ``bench/clustered_faults.py``: what the alert gate learned from one fault must not silence the next.
 - ``sepsis``: PhysioNet 2019 set B patients with odd ids (never model training data), seven vitals, hourly; the
@@ -142,10 +144,10 @@ def synthetic(root: Path, count: int, seed: int = 0) -> list[Stream]:
 
 def _one_fault(
     name: str, category: str, values: np.ndarray, kind: str, size: float, rng: np.random.Generator,
-    all_channels: bool,
+    all_channels: bool, lengths: tuple[int, int] = (2500, 5000),
 ) -> Stream:  # fmt: skip
-    """A 2,500–5,000-reading excerpt of a source with one fault of ``kind`` at ``size`` in its first channel."""
-    block, channels, clean = _excerpt(values, rng, (2500, 5000), all_channels)
+    """An excerpt of ``lengths`` readings of a source with one fault of ``kind`` at ``size`` in its first channel."""
+    block, channels, clean = _excerpt(values, rng, lengths, all_channels)
     block[:, 0], events = inject(clean, kind, size, rng)
     return Stream(f"{name}:{kind}{size:g}", category, [f"c{c}" for c in channels], block, events,
                   meta={"kind": kind, "size": size})  # fmt: skip
@@ -194,6 +196,25 @@ def multi(root: Path, count: int, seed: int = 1) -> list[Stream]:
         block[:, 0] = series
         streams.append(Stream(f"{name}#m{k}:{'+'.join(kinds)}", "multi", [f"c{c}" for c in channels], block, events,
                               meta={"kinds": kinds}))  # fmt: skip
+    return streams
+
+
+def short(root: Path, count: int, seed: int = 4) -> list[Stream]:
+    """``count`` streams of the synthetic and archive carriers, 1,000–2,000 readings each (the whole carrier where it
+    is shorter: the MIMIC-II half holds 968), with one fault (or none) each (not part of ``corpus``).
+
+    Many real feeds are this short when they reach a monitor, and the evaluator's protocol then trains a stream's
+    model on its first 150–300 readings and the detector has as few to learn each signal's spread from, where the
+    benchmark's streams give both 375–750. Kinds and sizes cycle as ``archive``'s do, carriers alternate between
+    the synthetic sources and the archive's; every fifth stream has all its carrier's channels.
+    ``bench/short_streams.py`` scores the detector on them."""
+    rng = np.random.default_rng(seed)
+    sources = _sources(root) + _archive_sources(root)
+    streams = []
+    for k in range(count):
+        name, values = sources[(k * 5) % len(sources)]
+        kind, size = KINDS[k % len(KINDS)], SIZES[k % len(SIZES)]
+        streams.append(_one_fault(f"{name}#s{k}", "short", values, kind, size, rng, k % 5 == 4, (1000, 2000)))
     return streams
 
 
