@@ -185,6 +185,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="write the tables (Markdown) here too")
     parser.add_argument("--per-stream", nargs="?", const="runs/detect-per-stream", metavar="CACHE",
                         help="one model per stream, from this per-stream cache (default runs/detect-per-stream)")
+    parser.add_argument("--categories", default="", metavar="A,B",
+                        help="only the corpus's streams of these categories (comma-separated; default: all), e.g. "
+                        "the general model on the streams the evaluator's protocol trains per-stream models for")
     parser.add_argument("--per-stream-train-flags", default="", metavar="FLAGS",
                         help="with --per-stream: trep-edge train flags added to the evaluator's, given with '=': "
                         "--per-stream-train-flags='--seed 1'")
@@ -200,7 +203,8 @@ def committed_and(specs: list[str], parser: argparse.ArgumentParser) -> dict[str
 
 def corpus_flags(args: argparse.Namespace) -> list[str]:
     """The options of ``add_arguments`` that choose the corpus and its models, as a results file's command says."""
-    return (["--quick"] * args.quick + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
+    return (["--quick"] * args.quick + [f"--categories {args.categories}"] * bool(args.categories)
+            + ["--per-stream", str(args.per_stream)] * bool(args.per_stream)
             + [f"--per-stream-train-flags='{args.per_stream_train_flags}'"] * bool(args.per_stream_train_flags))
 
 
@@ -224,6 +228,12 @@ class Bench:
         started = time.perf_counter()
         from_corpus = streams is None
         streams = corpus(args.data_root, args.quick) if from_corpus else streams
+        if args.categories:
+            wanted = set(args.categories.split(","))
+            unknown = wanted - {s.category for s in streams}
+            if unknown:
+                raise SystemExit(f"--categories: no stream of {sorted(unknown)} here")
+            streams = [s for s in streams if s.category in wanted]
         cache = Path(args.cache).expanduser()
         if args.per_stream:
             from trep_edge.training.evaluation import detection_per_stream as ps

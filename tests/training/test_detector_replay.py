@@ -83,3 +83,18 @@ def test_a_bench_of_given_streams_replays_them_as_the_monitor_scores_them(tmp_pa
     for s, (score, alerts) in zip(streams, bench.run(DetectorConfig())):
         want = detect_recording(engine, s.values, DetectorConfig())
         assert np.array_equal(score, want.score, equal_nan=True) and np.array_equal(alerts, want.alerts)
+
+
+def test_categories_keep_only_the_named_streams_and_are_echoed_runnable(tmp_path):
+    parser = argparse.ArgumentParser()
+    replay_bench.add_arguments(parser)
+    flags = ["--model", str(ROOT / "models" / "general.onnx"), "--icu-model", str(ROOT / "models" / "icu-vitals.onnx"),
+             "--cache", str(tmp_path)]  # fmt: skip
+    one, three = _streams()
+    three.category = "archive"
+    args = parser.parse_args([*flags, "--categories", "archive"])
+    assert [s.name for s in replay_bench.Bench.load(args, [one, three]).streams] == ["three"]
+    assert replay_bench.corpus_flags(args) == ["--categories archive"]
+    assert parser.parse_args([*flags, *shlex.split(" ".join(replay_bench.corpus_flags(args)))]) == args
+    with pytest.raises(SystemExit, match="no stream of"):
+        replay_bench.Bench.load(parser.parse_args([*flags, "--categories", "ucr"]), [one, three])
