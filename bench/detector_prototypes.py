@@ -31,6 +31,8 @@ Prototypes (``KIND:key=value;...``, each key optional):
   least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 % (at least 200 readings).
 - ``shift`` (``k``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings against the window
   before them, times ``gain`` (default ``sqrt(k)``), for a sustained shift inside a noisy channel's spread.
+- ``segment-novelty`` (``k``): ``novelty`` of the mean of the lane's last ``k`` representations instead of the last
+  one's, so that a collective fault is judged by a segment's representation rather than one step's.
 
 The ``deviation`` prototypes recompute the level from the stream's raw values in sliding windows of the last
 ``deviation_window`` readings, where the monitor windows the scaled readings since the stream's last reset: with
@@ -67,6 +69,17 @@ class Prototype:
     rewrite: Callable[[Stream, list], list] | None = None
 
 
+def _patching(target: object, **attributes: object) -> Prototype:
+    """A prototype that replaces ``attributes`` of ``target`` (a class or module) while it replays."""
+
+    @contextmanager
+    def patches() -> Iterator[None]:
+        with mock.patch.multiple(target, **attributes):
+            yield
+
+    return Prototype(patches)
+
+
 def quiet_record(
     low: float = 3.5, margin: float = 0.5, after: float = 500, decay: float = 0.0, start: float = 0
 ) -> Prototype:
@@ -99,12 +112,7 @@ def quiet_record(
         reset(self, streams)
         best_of(self)[self._rows(streams)] = -np.inf
 
-    @contextmanager
-    def patches() -> Iterator[None]:
-        with mock.patch.multiple(AlertGate, decide=on_decide, reset_streams=on_reset):
-            yield
-
-    return Prototype(patches)
+    return _patching(AlertGate, decide=on_decide, reset_streams=on_reset)
 
 
 def brown(rho: float = 0.4) -> Prototype:
@@ -129,12 +137,7 @@ def brown(rho: float = 0.4) -> Prototype:
             out[far] = -((a - 1) * np.log(z) - z - special.gammaln(a)) / math.log(10.0)
         return np.where(k > 0, np.where(np.isposinf(x), np.inf, out), np.nan)
 
-    @contextmanager
-    def patches() -> Iterator[None]:
-        with mock.patch.object(detector_module, "combine_surprise", combine):
-            yield
-
-    return Prototype(patches)
+    return _patching(detector_module, combine_surprise=combine)
 
 
 def signal_horizon(horizons: str = "1000/1000/500") -> Prototype:
@@ -148,12 +151,7 @@ def signal_horizon(horizons: str = "1000/1000/500") -> Prototype:
         init(self, k, *args, **kwargs)
         self.horizon = per_signal[:k]  # broadcast over the [n, K] counts
 
-    @contextmanager
-    def patches() -> Iterator[None]:
-        with mock.patch.object(SignalStats, "__init__", on_init):
-            yield
-
-    return Prototype(patches)
+    return _patching(SignalStats, __init__=on_init)
 
 
 def early_horizon(early: float = 300, age: float = 1500) -> Prototype:
@@ -166,12 +164,7 @@ def early_horizon(early: float = 300, age: float = 1500) -> Prototype:
         self.count_[idx] = np.where(cap, np.minimum(self.count_[idx], int(early) - 1), self.count_[idx])
         learn(self, idx, x, baseline)
 
-    @contextmanager
-    def patches() -> Iterator[None]:
-        with mock.patch.object(SignalStats, "learn", on_learn):
-            yield
-
-    return Prototype(patches)
+    return _patching(SignalStats, learn=on_learn)
 
 
 def _levels(x: np.ndarray, span: int, gap: int = 0, lag: int = 0) -> np.ndarray:
@@ -271,6 +264,52 @@ def shift(k: int = 8, gain: float = 0.0) -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
+def segment_novelty(k: int = 8) -> Prototype:
+    """``novelty`` of the mean of the lane's last ``k`` representations (since its last reset) instead of the last
+    one's: a collective fault (a changed frequency, a distorted cycle, a drift) moves a segment's representation
+    steadily, where one step's representation also carries that step's noise."""
+    k = int(k)
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        recent: dict[int, list[np.ndarray]] = {}
+        out = []
+        for call in tape:
+            if call[0] == "reset":
+                for lane in call[2]:
+                    recent.pop(int(lane), None)
+            elif call[0] == "step":
+                z = call[5].copy()
+                for i, lane in enumerate(call[2]):
+                    if np.isfinite(call[4][i]):
+                        ring = recent.setdefault(int(lane), [])
+                        ring.append(call[5][i].astype(np.float64))
+                        del ring[:-k]
+                        z[i] = np.mean(ring, axis=0)
+                call = (*call[:5], z, *call[6:])
+            out.append(call)
+        return out
+
+    return Prototype(_no_patches, rewrite)
+
+
+def learn_cap(cap: float = 30.0) -> Prototype:
+    """``deviation`` enters its lane's long-run statistics at most ``cap`` (robust units); it is still judged whole.
+
+    A window that was constant until its last reading (a quantised channel's long hold) gives a deviation of
+    hundreds or thousands, since its scale is the floor of ``robust_location_scale``; one such value entered the
+    statistics as it was and widened their spread for thousands of readings, which silenced every later fault."""
+    column = SIGNALS.index("deviation")
+    learn = SignalStats.learn
+
+    def on_learn(self: SignalStats, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
+        x = np.array(x, dtype=np.float64)
+        if x.shape[1] == len(SIGNALS):
+            x[:, column] = np.fmin(x[:, column], cap)
+        learn(self, idx, x, baseline)
+
+    return _patching(SignalStats, learn=on_learn)
+
+
 @contextmanager
 def _no_patches() -> Iterator[None]:
     yield
@@ -278,7 +317,8 @@ def _no_patches() -> Iterator[None]:
 
 PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
-    "window-gap": window_gap, "seasonal": seasonal, "shift": shift,
+    "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "segment-novelty": segment_novelty,
+    "learn-cap": learn_cap,
 }  # fmt: skip
 
 

@@ -102,3 +102,29 @@ def test_early_horizon_caps_only_the_model_signals_and_only_while_the_lane_is_yo
     assert (stats.count_[0][model] == 50 + 80).all() and stats.count_[0][SIGNALS.index("deviation")] == 200
     stats.learn(idx, x, learn)  # unpatched again: the committed learning
     assert (stats.count_[0][model] == 131).all()
+
+
+def test_segment_novelty_feeds_the_mean_of_each_lanes_last_representations_and_forgets_them_at_a_reset():
+    z = [np.full((2, 3), float(k)) for k in range(4)]  # two lanes; step k's representations are all k
+
+    def step(k: int, distance: np.ndarray) -> tuple:
+        return ("step", np.array([0, 1]), np.array([0, 1]), np.array([0, 1]), distance, z[k], None, None)
+
+    tape = [step(0, np.array([1.0, 1.0])), step(1, np.array([1.0, np.nan])), ("reset", np.array([0]), np.array([0])),
+            step(2, np.array([1.0, 1.0])), step(3, np.array([1.0, 1.0]))]  # fmt: skip
+    out = [c[5][:, 0] for c in prototypes.parse("segment-novelty:k=2").rewrite(_stream(), tape) if c[0] == "step"]
+    # lane 0: 0, mean(0, 1), then 2 alone after its reset, mean(2, 3); lane 1 skips its unscorable step 1
+    np.testing.assert_allclose(np.stack(out), [[0, 0], [0.5, 1], [2, 1], [2.5, 2.5]])
+
+
+def test_learn_cap_caps_only_deviation_and_only_while_patched():
+    stats = SignalStats(len(SIGNALS), horizon=100, n_streams=1)
+    idx, learn = np.array([0]), np.array([True])
+    x = np.full((1, len(SIGNALS)), 1000.0)
+    with prototypes.parse("learn-cap:cap=10").patches():
+        stats.learn(idx, x, learn)
+    column = SIGNALS.index("deviation")
+    assert stats.mean_[0, column] == 10.0
+    assert all(stats.mean_[0, k] == 1000.0 for k in range(len(SIGNALS)) if k != column)
+    stats.learn(idx, x, learn)  # unpatched again: the whole value is learned
+    assert stats.mean_[0, column] == 505.0
