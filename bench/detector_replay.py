@@ -337,9 +337,8 @@ def main() -> None:
     bench = Bench.load(args)
     if args.check:
         bench.check()
-    results = bench.results("python bench/detector_replay.py " + " ".join(
-        corpus_flags(args) + ["--check"] * args.check
-        + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)), args)
+    results = bench.results(" ".join(["python bench/detector_replay.py", *corpus_flags(args), *["--check"] * args.check,
+                                      *["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)]), args)
     bench.score_variants(results, variants, args.out)
 
 

@@ -574,3 +574,23 @@ def test_streams_sampled_far_from_the_models_period_are_named(vitals_engine):
         monitor.ingest(Reading("bed3", float(T0 + 100 * k), {"HR": 70.0, "SpO2": 97.0, "RESP": 16.0}))
     assert monitor.period_mismatches() == {"bed1": 1.0}  # 100 s is within a factor 2 of 60 s
     assert Monitor(vitals_engine).period_mismatches() == {}  # a card without a period fits any
+
+
+def test_a_stream_scaled_model_judges_deviation_on_the_readings_before_the_scaling(monkeypatch):
+    # The stream scaling clips and moves the level; a constant window's scale floor (1 % of its level) moved with it,
+    # so the first change after a constant opening read as a deviation of thousands under the general model.
+    import trep_edge.runtime.core.monitor as monitor_module
+    from pathlib import Path
+
+    engine = load_engine(Path(__file__).resolve().parents[2] / "models" / "general.onnx", "cpu")
+    assert engine.card.scaling == "stream"
+    real, seen = monitor_module.window_deviation, []
+    monkeypatch.setattr(monitor_module, "window_deviation",
+                        lambda windows, span=0: seen.append(np.array(windows)) or real(windows, span))
+    rng = np.random.default_rng(0)
+    values = np.r_[np.full(120, 500.0), 500.0 + rng.normal(0, 2.0, 280)]
+    values[300] += 40.0  # a spike far beyond what the scale learnt from the constant opening
+    detect_recording(engine, values.reshape(-1, 1), DetectorConfig())
+    last = np.concatenate([w[:, -1, 0] for w in seen])
+    readings = values.astype(np.float32)  # as the windows hold them
+    assert np.isin(last, readings).all() and last.max() == readings.max()  # the readings themselves, spike unclipped

@@ -59,7 +59,8 @@ from trep_edge.runtime.core.stream_state import StreamState
 
 SIGNALS = ("distance", "novelty", "deviation")
 """The per-reading signals the detector can judge, in the order of ``SignalStats`` columns: ``distance`` and
-``novelty`` from the model's representations, ``deviation`` from the window it saw (``window_deviation``)."""
+``novelty`` from the model's representations, ``deviation`` from the readings of the window it saw, before any stream
+scaling (``window_deviation``)."""
 
 COMBINATIONS = ("fisher", "max")
 """How a lane's signal surprises become one: Fisher's method, or the largest one (Bonferroni over the signals)."""
@@ -325,8 +326,10 @@ def window_deviation(windows: np.ndarray, span: int = 0) -> np.ndarray:
     window's earlier changes. The level misses a jump that stays inside the range a periodic window spans (its scale is the
     cycle's, not the noise's); the step sees it, and the detector lets it into ``deviation`` where it is a record
     (``StepRecord``). NaN for a window without a last value or with fewer than ``DEVIATION_MIN_VALUES`` earlier
-    values (all ``W − 1`` of them when the window is shorter), and a step also without the previous value. Invariant
-    to the stream's scaling, so it is the same before and after ``preprocess.scale_windows``.
+    values (all ``W − 1`` of them when the window is shorter), and a step also without the previous value. Give it the
+    windows before the stream scaling, as ``window_repeats``: an affine map leaves it unchanged, but the scaling clips
+    a level far beyond what its scale has learnt, and a constant window's scale floor (1 % of its level) moves with
+    the level, so that under the scaling the first change after a constant opening read as thousands.
     """
     if span:
         windows = windows[:, -span:]

@@ -443,8 +443,9 @@ class Monitor:
         started = time.perf_counter()
         if batch.windows.shape[0]:
             inputs = self._scaled_windows(batch, rounds, np.flatnonzero(batch.complete))
-            deviation[batch.complete] = window_deviation(inputs, self.detector_config.deviation_window)
-            # Before the stream scaling, which clips: a level far beyond what the scale has learnt would repeat the clip.
+            # Both before the stream scaling, which clips and moves the level: a level far beyond what the scale has
+            # learnt would repeat the clip, and a constant window's scale floor (1 % of its level) would follow it.
+            deviation[batch.complete] = window_deviation(batch.windows, self.detector_config.deviation_window)
             repeat[batch.complete] = window_repeats(batch.windows)
         out = self._scorer.score(batch, rounds, inputs)
         raw = np.where(batch.complete, raw_score(out.z_unmasked, out.z_masked), np.nan)
