@@ -45,7 +45,7 @@ from trep_edge.training.evaluation.detection_corpus import Stream, corpus
 
 Output = tuple[np.ndarray, np.ndarray]  # score [T], committed alerts [T]
 PEERS = ("rolling_z", "hst", "stumpi", "paper")
-CACHE_VERSION = b"4"  # bump when detect_recording's output changes for the same model, settings and data
+CACHE_VERSION = b"5"  # bump when detect_recording's output changes for the same model, settings and data
 
 
 def rolling_z(stream: Stream, window: int = 100, level: float = 4.0) -> Output:
