@@ -35,7 +35,7 @@ Prototypes (``KIND:key=value;...``, each key optional):
   one's, so that a collective fault is judged by a segment's representation rather than one step's.
 
 The ``deviation`` prototypes recompute the level from the stream's raw values in sliding windows of the last
-``deviation_window`` readings, where the monitor windows the scaled readings since the stream's last reset: with
+``deviation_window`` readings, where the monitor windows the float32 readings since the stream's last reset: with
 ``gap=0`` that reproduces the committed row to within a fraction of a point, not exactly (``window-gap:gap=0``).
 """
 from __future__ import annotations

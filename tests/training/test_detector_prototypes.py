@@ -40,7 +40,7 @@ def test_window_gap_zero_rebuilds_the_captured_deviation(tmp_path):
     captured = [c[6][:, 0] for c in tape if c[0] == "step" and c[6] is not None]
     again = [c[6][:, 0] for c in rebuilt if c[0] == "step" and c[6] is not None]
     assert len(captured) == len(again) > 800
-    # the monitor windows float32 scaled readings; the level is invariant to the scaling up to that rounding
+    # the monitor windows float32 readings; the level matches the float64 values up to that rounding
     np.testing.assert_allclose(np.concatenate(again), np.concatenate(captured), rtol=1e-4, atol=1e-6)
     moved = prototypes.parse("window-gap:gap=16").rewrite(stream, tape)
     assert not np.allclose(np.concatenate([c[6][:, 0] for c in moved if c[0] == "step" and c[6] is not None]),

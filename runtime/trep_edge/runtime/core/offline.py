@@ -168,17 +168,16 @@ def detect_recording(
 # the card's detector prior
 
 
-def _model_windows(engine: Engine, prepared: np.ndarray, config: DetectorConfig) -> np.ndarray:
-    """The window the model sees at every step of a prepared lane ``[T, C]`` → ``[T, W, C]``, per-stream scaled as the
-    monitor scales it (a view of ``prepared`` for card-normalised models)."""
-    windows = sliding_windows(prepared, engine.card.window)
-    if engine.card.scaling == "stream" and len(prepared):
-        channels = prepared.shape[1]
-        scaler = StreamScaler(config.scale_warmup, config.scale_adapt, n_streams=channels)
-        rows = np.arange(channels)
-        # One step at a time: each window is scaled with the statistics of the readings up to its last step.
-        windows = np.stack([scale_windows(scaler, rows, windows[i : i + 1])[0] for i in range(len(prepared))])
-    return windows
+def _model_windows(engine: Engine, readings: np.ndarray, config: DetectorConfig) -> np.ndarray:
+    """The window the model sees at every step of a prepared lane, from its windows of readings ``[T, W, C]``:
+    per-stream scaled as the monitor scales them (the readings themselves for card-normalised models)."""
+    if engine.card.scaling != "stream" or not len(readings):
+        return readings
+    channels = readings.shape[2]
+    scaler = StreamScaler(config.scale_warmup, config.scale_adapt, n_streams=channels)
+    rows = np.arange(channels)
+    # One step at a time: each window is scaled with the statistics of the readings up to its last step.
+    return np.stack([scale_windows(scaler, rows, readings[i : i + 1])[0] for i in range(len(readings))])
 
 
 def _lane_signals(engine: Engine, lanes: list[np.ndarray], config: DetectorConfig, batch: int = BATCH) -> np.ndarray:
@@ -188,12 +187,12 @@ def _lane_signals(engine: Engine, lanes: list[np.ndarray], config: DetectorConfi
     distance, deviation = np.full((t, n), np.nan), np.full((t, n, 2, channels), np.nan)
     z = np.zeros((t, n, engine.card.repr_dims), dtype=np.float32)
     for k, prepared in enumerate(lanes):
-        windows = _model_windows(engine, prepared, config)
-        zu, zm = _pairs(engine, windows, 0, batch)
+        readings = sliding_windows(prepared, engine.card.window)
+        zu, zm = _pairs(engine, _model_windows(engine, readings, config), 0, batch)
         distance[:, k] = np.where(np.isnan(prepared).any(axis=1), np.nan, raw_score(zu, zm))
         z[:, k] = zu
-        for lo in range(0, t, batch):
-            deviation[lo : lo + batch, k] = window_deviation(windows[lo : lo + batch], config.deviation_window)
+        for lo in range(0, t, batch):  # deviation reads the readings before any stream scaling, as the monitor does
+            deviation[lo : lo + batch, k] = window_deviation(readings[lo : lo + batch], config.deviation_window)
     detector = Detector(config, engine.card.repr_dims, engine.card.detector_prior, channels)
     detector.add(1, n)
     one, rows, lane_of = np.zeros(1, dtype=np.int64), np.arange(n), np.zeros(n, dtype=np.int64)

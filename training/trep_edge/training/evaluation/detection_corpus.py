@@ -205,8 +205,8 @@ def short(root: Path, count: int, seed: int = 4) -> list[Stream]:
 
     Many real feeds are this short when they reach a monitor, and the evaluator's protocol then trains a stream's
     model on its first 150–300 readings and the detector has as few to learn each signal's spread from, where the
-    benchmark's streams give both 375–750. Kinds and sizes cycle as ``archive``'s do, carriers alternate between
-    the synthetic sources and the archive's; every fifth stream has all its carrier's channels.
+    benchmark's streams give both 375–750. Kinds and sizes cycle as ``archive``'s do, the carriers step through
+    every synthetic and archive source; every fifth stream has all its carrier's channels.
     ``bench/short_streams.py`` scores the detector on them."""
     rng = np.random.default_rng(seed)
     sources = _sources(root) + _archive_sources(root)
