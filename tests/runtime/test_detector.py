@@ -11,6 +11,7 @@ from trep_edge.datasets.paths import data_root
 from trep_edge.runtime.core.detector import (
     AlertGate,
     Detector,
+    SCHEDULE_MEMORY,
     DetectorConfig,
     RepresentationMemory,
     SignalStats,
@@ -18,6 +19,7 @@ from trep_edge.runtime.core.detector import (
     StuckRecord,
     combine_surprise,
     fold_step,
+    on_schedule,
     student_upper_tail_surprise,
     upper_tail_surprise,
     window_deviation,
@@ -314,6 +316,57 @@ def test_a_quiet_streams_highest_score_yet_alerts_below_the_threshold():
     assert [i for i, a in enumerate(got) if a] == [8]
     old = {k: v for k, v in first.state_dict().items() if k != "best_"}
     assert AlertGate.from_state(old).best_.tolist() == [-np.inf]
+
+
+def test_on_schedule_finds_a_progression_of_earlier_alerts_at_one_spacing():
+    times = np.array([1000, 712, 424, -1, -1])  # every 288 readings, newest first as the gate keeps them
+    assert on_schedule(times, 1288, after=3, tol=0.01)  # 1000, 712 and 424 lead up to it
+    assert on_schedule(times, 1290, after=3, tol=0.01)  # 2 readings late: the least slack
+    assert not on_schedule(times, 1292, after=3, tol=0.01)  # 4 late: outside max(2, 1 % of 288)
+    assert on_schedule(times, 1292, after=3, tol=0.02)  # 2 % of 288 is 5.8
+    assert on_schedule(times[:2], 1288, after=2, tol=0.01) and not on_schedule(times[:2], 1288, after=3, tol=0.01)
+    # Other alerts between the progression's do not break it; the spacing may be a multiple of the edge's (a
+    # recurrence a fault took); a missing step ends it.
+    assert on_schedule(np.array([1424, 1300, 848, 272]), 2000, after=3, tol=0.01)
+    assert on_schedule(np.array([1288, 1000, 712, 424]), 1864, after=2, tol=0.01)
+    assert not on_schedule(np.array([1000, 424]), 1288, after=2, tol=0.01)
+    assert not on_schedule(np.array([-1, -1]), 288, after=1, tol=0.01)  # nothing earlier: nothing to continue
+
+
+def test_an_alert_on_schedule_is_kept_back_and_still_counts_as_one_for_the_gate():
+    def gate(schedule: int = 2) -> AlertGate:
+        return AlertGate(threshold=4.0, min_count=1, refractory=3, protect=10, budget=2.0, budget_span=1000,
+                         budget_cost=3.0, schedule=schedule, schedule_tol=0.01, n_streams=1)  # fmt: skip
+
+    # An edge every 10 readings (surprise 6): it alerts twice, then its recurrences are on schedule. A fault at
+    # reading 45, off the schedule, still alerts, at the plain bar: kept-back alerts spent none of the budget.
+    scores = [0.0] * 60
+    for t in range(0, 60, 10):
+        scores[t] = 6.0
+    scores[45] = 5.0
+    g = gate()
+    decisions = [g.decide(rows(0), np.array([s])) for s in scores]
+    assert [t for t, (alert, *_) in enumerate(decisions) if alert[0]] == [0, 10, 45]
+    assert not decisions[20][2][0]  # a kept-back alert's reading is not learned, as an alerting one is not
+    # Reading counts of the alerts raised or kept back; the edge at 50 meets the budget the fault spent, so is none.
+    assert sorted(g.times_[0][g.times_[0] >= 0].tolist()) == [1, 11, 21, 31, 41, 46]
+    assert 2.8 < g.spent_[0] < 3.0  # the three raised alerts (decayed), not the kept-back ones
+    # Off, the edges alert until they have spent the budget (bar 4 + 3 · (spent − 2)), and the fault is missed.
+    off = gate(0)
+    assert [t for t, s in enumerate(scores) if off.decide(rows(0), np.array([s]))[0][0]] == [0, 10, 20]
+    # A kept-back alert starts a refractory period like a raised one: a fault 2 readings after it waits.
+    g = gate()
+    late = scores[:22] + [9.0] + [0.0] * 5
+    assert [t for t, s in enumerate(late) if g.decide(rows(0), np.array([s]))[0][0]] == [0, 10]
+
+    # Save and restore mid-stream equals an uninterrupted run; a state saved before the schedule starts it empty.
+    first = gate()
+    got = [bool(first.decide(rows(0), np.array([s]))[0][0]) for s in scores[:25]]
+    restored = AlertGate.from_state(first.state_dict())
+    got += [bool(restored.decide(rows(0), np.array([s]))[0][0]) for s in scores[25:]]
+    assert [t for t, a in enumerate(got) if a] == [0, 10, 45]
+    old = {k: v for k, v in first.state_dict().items() if k != "times_"}
+    assert AlertGate.from_state(old).times_.tolist() == [[-1] * SCHEDULE_MEMORY]
 
 
 def test_run_peaks_count_alerted_runs_once_each_and_survive_a_save_and_restore():

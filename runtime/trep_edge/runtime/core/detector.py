@@ -191,6 +191,14 @@ class DetectorConfig:
             repeat rate and longest run are read off them). Real signals hold a value for longer now and then than
             a few hundred readings show, and a young channel's first such hold alerted (docs/detection.md, the
             stuck-history round).
+        schedule: how many earlier alerts of a stream, spaced alike, make a new alert that continues their progression
+            *on schedule* (``on_schedule``): it is kept back, not raised, and still counts as an alert for the gate
+            (its run is not learned, its refractory period holds) and for the schedule; 0 disables it. An edge that
+            recurs once a day or once a shift is a surprise every time under a per-stream model, and its run peaks
+            have faded by the next day (a day is 288 readings at five minutes, 1,440 at one): a plain square wave of
+            working hours alerted at every evening's fall, 12 days running (docs/detection.md, the schedule round).
+        schedule_tol: how far (a share of the spacing, and at least 2 readings) an alert may fall from where the
+            progression puts it.
         deviation_window: the last readings of the model's window that ``deviation`` judges the reading against
             (``window_deviation``; a shorter model window is used whole); 0 = the whole window. The window is the
             model's choice (201 for a model exported with the defaults, 128 for the general model, 49 for the ICU
@@ -233,6 +241,8 @@ class DetectorConfig:
     deviation_window: int = 128
     stuck: float = 4.0
     stuck_history: int = 1000
+    schedule: int = 2
+    schedule_tol: float = 0.002
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
@@ -249,10 +259,11 @@ class DetectorConfig:
         if self.tail_dof < 0 or self.tail_dof % 2:
             raise ValueError(f"detector tail_dof must be even and >= 2, or 0 for the Gaussian tail, got {self.tail_dof}")
         for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn", "peaks",
-                     "quiet_after", "stuck_history"):
+                     "quiet_after", "stuck_history", "schedule"):
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
-        for name in ("record_decay", "peak_decay", "budget", "budget_cost", "quiet", "quiet_margin", "stuck"):
+        for name in ("record_decay", "peak_decay", "budget", "budget_cost", "quiet", "quiet_margin", "stuck",
+                     "schedule_tol"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be finite and >= 0, got {getattr(self, name)}")
         if math.isnan(self.record_cap) or self.record_cap <= 0:
@@ -716,6 +727,31 @@ class SignalStats(StreamState):
         self.pos_[idx] += 1
 
 
+SCHEDULE_MEMORY = 8
+"""Alerts per stream whose reading counts ``AlertGate`` remembers for ``on_schedule``."""
+
+
+def on_schedule(times: np.ndarray, now: int, after: int, tol: float) -> bool:
+    """Whether a reading at count ``now`` continues a progression of ``after`` of the earlier alerts at ``times``
+    (reading counts, −1 = none) spaced alike: for some spacing ``P`` from the newest of them, ``now − P``,
+    ``now − 2P``, ... each match an earlier alert to within ``max(2, tol · P)`` readings.
+
+    One missing step ends a progression: a fault that took the place of one recurrence starts it again."""
+    past = np.sort(np.asarray(times)[np.asarray(times) >= 0])[::-1]
+    for last in past:
+        spacing = now - int(last)
+        if spacing <= 0:
+            continue
+        slack = max(2.0, tol * spacing)
+        chain, expect = 1, int(last) - spacing
+        for earlier in past:
+            if abs(int(earlier) - expect) <= slack:
+                chain, expect = chain + 1, int(earlier) - spacing
+        if chain >= after:
+            return True
+    return False
+
+
 class AlertGate(StreamState):
     """The alert decision per stream: threshold, warm-up, refractory period, and which readings may be learned.
 
@@ -738,11 +774,16 @@ class AlertGate(StreamState):
     that keeps getting loud, and this lowers it for one that never does, whose subtle fault is its highest surprise
     yet. Such an alert counts against the budget and is not learned, like any other. It judges single readings, so
     with ``debounce`` > 1 (persistence asked for) it is off.
+    With ``schedule`` > 0 an alert *on schedule* (``on_schedule``: it continues a progression of ``schedule``
+    earlier alerts of the stream, spaced alike to within ``schedule_tol``) is kept back: a surprise that comes on
+    time, a daily edge the run peaks have forgotten by the next day, is not news. It is still an alert for the gate
+    (its run is not learned, its refractory period holds, and it joins the progression) but not for the budget.
     State: ``record_`` ``[S]`` (the record, −inf before any), ``scored_`` (scored readings), ``since_``
     (readings since the last alert, capped at ``refractory + 1``), ``hot_`` (readings at or above the bar in a row,
     capped above ``protect`` and ``debounce``), ``alerted_`` (the current run has alerted), ``run_`` (the peak of
     the current run at or above the threshold, −inf outside one), ``peaks_`` ``[S, peaks]`` (remembered run peaks,
-    decayed; −inf = none), ``spent_`` (recent alerts, decayed), ``best_`` (the best score, −inf before any).
+    decayed; −inf = none), ``spent_`` (recent alerts, decayed), ``best_`` (the best score, −inf before any),
+    ``times_`` ``[S, SCHEDULE_MEMORY]`` (scored-reading counts of the latest alerts, raised or kept back; −1 = none).
     """
 
     def __init__(
@@ -750,7 +791,7 @@ class AlertGate(StreamState):
         record_decay: float = 0.0, record_cap: float = math.inf, peaks: int = 0, peak_decay: float = 0.0,
         budget: float = 0.0, budget_span: int = 1, budget_cost: float = 0.0, quiet: float = 0.0,
         quiet_margin: float = 0.0, quiet_after: int = 0, quiet_start: int = 0, stuck: float = 0.0,
-        n_streams: int = 0,
+        schedule: int = 0, schedule_tol: float = 0.0, n_streams: int = 0,
     ) -> None:  # fmt: skip
         self.threshold, self.min_count = float(threshold), int(min_count)
         self.refractory, self.protect, self.debounce = int(refractory), int(protect), int(debounce)
@@ -760,6 +801,7 @@ class AlertGate(StreamState):
         self.quiet, self.quiet_margin = float(quiet), float(quiet_margin)
         self.quiet_after, self.quiet_start = int(quiet_after), int(quiet_start)
         self.stuck = float(stuck)
+        self.schedule, self.schedule_tol = int(schedule), float(schedule_tol)
         self._keep = math.exp(-1.0 / self.budget_span)  # the recent-alert count's decay per reading
         super().__init__(n_streams)
 
@@ -774,6 +816,7 @@ class AlertGate(StreamState):
             "peaks_": np.full((n, self.peaks), -np.inf),
             "spent_": np.zeros(n),
             "best_": np.full(n, -np.inf),
+            "times_": np.full((n, SCHEDULE_MEMORY), -1, dtype=np.int64),
         }
 
     def _config(self) -> dict[str, Any]:
@@ -782,7 +825,8 @@ class AlertGate(StreamState):
                 "record_cap": self.record_cap, "peaks": self.peaks, "peak_decay": self.peak_decay,
                 "budget": self.budget, "budget_span": self.budget_span, "budget_cost": self.budget_cost,
                 "quiet": self.quiet, "quiet_margin": self.quiet_margin, "quiet_after": self.quiet_after,
-                "quiet_start": self.quiet_start, "stuck": self.stuck}  # fmt: skip
+                "quiet_start": self.quiet_start, "stuck": self.stuck, "schedule": self.schedule,
+                "schedule_tol": self.schedule_tol}  # fmt: skip
 
     def decide(
         self, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None
@@ -816,6 +860,13 @@ class AlertGate(StreamState):
                      & (count >= self.quiet_after) & (score >= self.quiet) & (score >= best + self.quiet_margin))
             self.best_[idx] = np.where(scored & ~warming & (count >= self.quiet_start), np.fmax(best, score), best)
             alert = alert | quiet
+        kept = np.zeros(len(idx), dtype=bool)
+        if self.schedule:
+            for row in np.flatnonzero(alert):
+                s = idx[row]
+                kept[row] = on_schedule(self.times_[s], int(count[row]), self.schedule, self.schedule_tol)
+                self.times_[s] = np.roll(self.times_[s], 1)
+                self.times_[s, 0] = count[row]
         self.alerted_[idx] = hot & (self.alerted_[idx] | alert)
         normal = scored & ~warming & ~self.alerted_[idx]
         self.record_[idx] = np.where(normal, np.fmax(record, np.fmin(score, self.record_cap)), record)
@@ -823,12 +874,12 @@ class AlertGate(StreamState):
         self.scored_[idx] = count
         self.since_[idx] = np.where(alert, 0, since)
         self.hot_[idx] = hot_run
-        self.spent_[idx] = spent + alert
+        self.spent_[idx] = spent + (alert & ~kept)
         frozen = np.zeros(len(idx), dtype=bool)
         if self.stuck and stuck is not None:
             with np.errstate(invalid="ignore"):
                 frozen = (np.asarray(stuck) >= self.stuck) & ~warming & (since > self.refractory) & ~alert
-        return alert | frozen, warming, (~hot | (hot_run > self.protect)) & ~quiet, frozen
+        return (alert & ~kept) | frozen, warming, (~hot | (hot_run > self.protect)) & ~quiet, frozen
 
     def _remember_peaks(self, idx: np.ndarray, level: np.ndarray, score: np.ndarray, peaks: np.ndarray) -> None:
         """Follow each stream's run at or above the threshold; when it ends, its peak replaces the lowest
@@ -887,7 +938,8 @@ class Detector:
         warmup = c.min_count if prior is None else max(c.min_count - prior.count, min(c.min_warmup, c.min_count))
         self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect, c.debounce, c.record_decay,
                               c.record_cap, c.peaks, c.peak_decay, c.budget, c.budget_span, c.budget_cost, c.quiet,
-                              c.quiet_margin, c.quiet_after, c.min_count, c.stuck)  # fmt: skip
+                              c.quiet_margin, c.quiet_after, c.min_count, c.stuck, c.schedule,
+                              c.schedule_tol)  # fmt: skip
 
     def _lane_parts(self) -> tuple[StreamState, ...]:
         return (self.memory, self.stats, self.steps, self.stuck)
