@@ -6,9 +6,10 @@ committed detector for the length of a run — its alert decision, how a lane's 
 each signal's statistics forget, or the ``deviation`` input a tape feeds it — and replays the benchmark's captured
 tapes through it, scored by the benchmark's own metrics. The first row, ``trep``, is the committed detector on the
 same tapes; the prototypes patch the detector of ``--base`` settings (default: the committed ones). The quiet-record
-round's rows were measured before the quiet path shipped (``quiet``): ``--base 'quiet=0'`` reruns them as they were.
+round's rows were measured before the quiet path shipped (``quiet``): ``--base 'quiet=0'`` reruns them as they were;
+rows from before the schedule round need ``schedule=0`` in ``--base`` as well.
 
-    python bench/detector_prototypes.py --quick --base 'quiet=0' --prototypes \\
+    python bench/detector_prototypes.py --quick --base 'quiet=0;schedule=0' --prototypes \\
         'quiet-record:low=3.5;margin=0.5;after=500' 'brown:rho=0.4' 'window-gap:gap=4' 'seasonal:acf=0.6'
 
 Prototypes (``KIND:key=value;...``, each key optional):
@@ -31,6 +32,10 @@ Prototypes (``KIND:key=value;...``, each key optional):
   least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 % (at least 200 readings).
 - ``shift`` (``k``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings against the window
   before them, times ``gain`` (default ``sqrt(k)``), for a sustained shift inside a noisy channel's spread.
+- ``adaptive-tail`` (``cut``, ``weight``, ``dofs``): each signal of each lane is judged under the tail among ``dofs``
+  (``/``-separated even degrees of freedom, 0 for the Gaussian; default 4 to 20 and the Gaussian) whose chance of a value more than ``cut`` standard deviations above the mean
+  matches how often the lane's own learned values have been, counted from a start of ``weight`` values at the
+  committed tail's chance; the committed detector judges every lane under ``tail_dof``.
 - ``segment-novelty`` (``k``): ``novelty`` of the mean of the lane's last ``k`` representations instead of the last
   one's, so that a collective fault is judged by a segment's representation rather than one step's.
 
@@ -310,6 +315,57 @@ def learn_cap(cap: float = 30.0) -> Prototype:
     return _patching(SignalStats, learn=on_learn)
 
 
+def adaptive_tail(cut: float = 2.5, weight: float = 200.0, dofs: str = "4/6/8/12/20/0") -> Prototype:
+    """Each lane's signals under the tail of ``dofs`` (0: the Gaussian) whose chance of exceeding ``cut`` is nearest
+    (in log) to the share of the lane's learned values that did (``SignalStats`` gains that share per lane and
+    signal)."""
+    fresh, learn = SignalStats._fresh, SignalStats.learn
+    tails_of = [int(d) for d in str(dofs).split("/")]
+    log_chance = -np.array([detector_module._surprise(np.array([cut]), d)[0] for d in tails_of])
+
+    def on_fresh(self: SignalStats, n: int) -> dict[str, np.ndarray]:
+        out = fresh(self, n)
+        start = 10.0 ** -detector_module._surprise(np.array([cut]), self.tail_dof)[0]
+        out["exceed_"] = np.full((n, self.k), start)
+        return out
+
+    def on_learn(self: SignalStats, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
+        std = np.sqrt(self.var_[idx])
+        ok = np.isfinite(x) & np.asarray(baseline, dtype=bool)[:, None] & (self.count_[idx] >= 2) & (std > 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            over = (x - self.mean_[idx]) > cut * std
+        rate = 1.0 / np.maximum(np.minimum(self.count_[idx] + 1, self.horizon), weight)
+        self.exceed_[idx] += np.where(ok, rate * (over - self.exceed_[idx]), 0.0)
+        learn(self, idx, x, baseline)
+
+    def on_surprise(self: SignalStats, idx: np.ndarray, x: np.ndarray) -> np.ndarray:
+        chosen["dof"] = np.abs(np.log10(np.maximum(self.exceed_[idx], 1e-9))[..., None] - log_chance).argmin(axis=-1)
+        try:
+            return surprise(self, idx, x)
+        finally:
+            chosen.pop("dof")
+
+    def tails(z: np.ndarray, dof: int) -> np.ndarray:
+        if "dof" not in chosen:  # not a lane's signals (a call from elsewhere): the tail it asks for
+            return judge(z, dof)
+        out = np.full(z.shape, np.nan)
+        for k, d in enumerate(tails_of):
+            pick = chosen["dof"] == k
+            out[pick] = judge(z[pick], d)
+        return out
+
+    chosen: dict[str, np.ndarray] = {}
+    surprise, judge = SignalStats.surprise, detector_module._surprise
+
+    @contextmanager
+    def patches() -> Iterator[None]:
+        with mock.patch.multiple(SignalStats, _fresh=on_fresh, learn=on_learn, surprise=on_surprise), \
+                mock.patch.object(detector_module, "_surprise", tails):
+            yield
+
+    return Prototype(patches)
+
+
 @contextmanager
 def _no_patches() -> Iterator[None]:
     yield
@@ -318,7 +374,7 @@ def _no_patches() -> Iterator[None]:
 PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
     "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "segment-novelty": segment_novelty,
-    "learn-cap": learn_cap,
+    "learn-cap": learn_cap, "adaptive-tail": adaptive_tail,
 }  # fmt: skip
 
 

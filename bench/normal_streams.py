@@ -10,7 +10,7 @@ stream and variant, side by side.
 
     python bench/normal_streams.py --variants 'previous:peaks=0' --out bench/results/normal_streams.md
 
-``--per-stream-train`` adds one column: the committed detector on a model trained on each stream's own probation
+``--per-stream-train`` adds a column per detector: the same detector on a model trained on each stream's own probation
 part, as the detection benchmark's ``trep:per-stream`` row trains it (``detection_per_stream``: the evaluator's
 flags, cached in ``--per-stream-cache``), so the false alarms of the two ways to get a model sit side by side.
 """
@@ -56,6 +56,9 @@ def streams(seed: int = 7) -> dict[str, np.ndarray]:
         "setpoint steps every 500": np.repeat(rng.normal(50, 10, LENGTH // 500 + 1), 500)[:LENGTH]
         + rng.normal(0, 0.2, LENGTH),
         "idle, then a daily cycle": np.where(t < 900, 5.0, 5 + 2 * daily + rng.normal(0, 0.3, LENGTH)),
+        # A line that runs during working hours (added after the fifteen above): a daily square wave, whose fall and
+        # rise surprise a model every day (the schedule round).
+        "working hours (square wave)": np.where(t % DAY < 0.6 * DAY, 80.0, 20.0) + rng.normal(0, 2, LENGTH),
     }
     return {name: values[:, None].astype(np.float64) for name, values in shapes.items()}
 
@@ -76,7 +79,7 @@ def main() -> None:
         parser.error(str(exc))
     engine = load_engine(args.model, "cpu")
     per_stream = PerStreamModels(args.per_stream_cache) if args.per_stream_train else None
-    columns = list(configs) + ["committed, per-stream model"] * bool(per_stream)
+    columns = list(configs) + [f"{label}, per-stream model" for label in configs if per_stream]
     probation = min(int(0.15 * LENGTH), 750)
     started = time.perf_counter()
     lines = ["| stream | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
@@ -86,7 +89,7 @@ def main() -> None:
         runs = [(label, engine, config) for label, config in configs.items()]
         if per_stream is not None:
             own = per_stream.engine(Stream(name, "normal", ["value"], values, []))
-            runs.append((columns[-1], own, DetectorConfig()))
+            runs += [(f"{label}, per-stream model", own, config) for label, config in configs.items()]
         cells = []
         for label, model, config in runs:
             alerts = np.flatnonzero(detect_recording(model, values, config).alerts)
