@@ -27,8 +27,9 @@ TOPIC = "sensors/{stream}/telemetry"
 RATE = 80.0  # readings/s
 SPIKES = [100, 300, 500, 700, 900]  # +200 for 3 steps: each raises one episode with this model
 # The card's prior stands for 100 of these readings: a fresh stream warms up (49 readings), a restored one must not.
-# Five equal spikes: with run peaks the later ones would be this stream's normal; the point here is the restart.
-DETECTOR = {"min_count": 150, "peaks": 0}
+# Five equal spikes 200 readings apart: with run peaks the later ones would be this stream's normal, and from the
+# third they would be on schedule; the point here is the restart.
+DETECTOR = {"min_count": 150, "peaks": 0, "schedule": 0}
 
 
 def _series(ucr_series) -> RecordedSeries:

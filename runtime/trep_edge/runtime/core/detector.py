@@ -198,8 +198,8 @@ class DetectorConfig:
             have faded by the next day (a day is 288 readings at five minutes, 1,440 at one): a plain square wave of
             working hours alerted at every evening's fall, 12 days running (docs/detection.md, the schedule round).
         schedule_tol: how far (a share of the spacing, and at least 2 readings) an alert may fall from where the
-            progression puts it. 0.2 % rather than 1 %: at 1 % (20 readings either side of a spacing of 2,000) two
-            of the benchmark's 60 multi-fault windows fell on a progression of earlier false alarms by chance.
+            progression puts it. 0.002 rather than 0.01: at 0.01 (20 readings either side of a spacing of 2,000)
+            two of the benchmark's 60 multi-fault windows fell on a progression of earlier false alarms by chance.
         deviation_window: the last readings of the model's window that ``deviation`` judges the reading against
             (``window_deviation``; a shorter model window is used whole); 0 = the whole window. The window is the
             model's choice (201 for a model exported with the defaults, 128 for the general model, 49 for the ICU
