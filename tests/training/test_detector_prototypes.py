@@ -128,3 +128,19 @@ def test_learn_cap_caps_only_deviation_and_only_while_patched():
     assert all(stats.mean_[0, k] == 1000.0 for k in range(len(SIGNALS)) if k != column)
     stats.learn(idx, x, learn)  # unpatched again: the whole value is learned
     assert stats.mean_[0, column] == 505.0
+
+
+def test_adaptive_tail_judges_a_heavy_tailed_lane_under_a_heavier_tail_and_only_while_patched():
+    rng = np.random.default_rng(0)
+    stats_of = lambda: SignalStats(2, horizon=2000, tail_dof=8, n_streams=1)  # noqa: E731
+    idx, learn = np.array([0]), np.array([True])
+    with prototypes.parse("adaptive-tail:cut=2.5").patches():
+        stats = stats_of()
+        for _ in range(3000):  # column 0 Gaussian, column 1 Student t with 3 degrees of freedom
+            stats.learn(idx, np.array([[rng.standard_normal(), rng.standard_t(3)]]), learn)
+        z = 4.0 * np.sqrt(stats.var_[0])
+        adaptive = stats.surprise(idx, (stats.mean_[0] + z)[None, :])[0]
+    committed = stats.surprise(idx, (stats.mean_[0] + z)[None, :])[0]  # the same state, judged under t(8) again
+    assert adaptive[0] > committed[0]  # the Gaussian lane is judged under a lighter tail: more surprise at 4 sd
+    assert adaptive[1] < adaptive[0]  # the heavy-tailed lane under a heavier one than the Gaussian lane
+    assert "exceed_" not in stats_of().fields

@@ -738,16 +738,16 @@ def on_schedule(times: np.ndarray, now: int, after: int, tol: float) -> bool:
     ``now − 2P``, ... each match an earlier alert to within ``max(2, tol · P)`` readings.
 
     One missing step ends a progression: a fault that took the place of one recurrence starts it again."""
-    past = np.sort(np.asarray(times)[np.asarray(times) >= 0])[::-1]
+    past = sorted((int(t) for t in np.asarray(times).tolist() if t >= 0), reverse=True)
     for last in past:
-        spacing = now - int(last)
+        spacing = now - last
         if spacing <= 0:
             continue
         slack = max(2.0, tol * spacing)
-        chain, expect = 1, int(last) - spacing
+        chain, expect = 1, last - spacing
         for earlier in past:
-            if abs(int(earlier) - expect) <= slack:
-                chain, expect = chain + 1, int(earlier) - spacing
+            if abs(earlier - expect) <= slack:
+                chain, expect = chain + 1, earlier - spacing
         if chain >= after:
             return True
     return False
