@@ -369,6 +369,23 @@ def test_an_alert_on_schedule_is_kept_back_and_still_counts_as_one_for_the_gate(
     assert AlertGate.from_state(old).times_.tolist() == [[-1] * SCHEDULE_MEMORY]
 
 
+
+def test_the_schedule_keeps_time_in_steps_so_unscored_steps_do_not_move_it():
+    # An edge every 20 steps; 5 steps before the third one are unscored (a gap the monitor filled, NaN). Counted in
+    # scored readings the third edge would come 15 after the second, off the progression; in steps it is on it.
+    scores = [0.0] * 70
+    for t in range(0, 70, 20):
+        scores[t] = 6.0
+    scores[33:38] = [math.nan] * 5
+    g = AlertGate(threshold=4.0, min_count=1, refractory=3, protect=10, schedule=2, schedule_tol=0.01, n_streams=1)
+    decisions = [g.decide(rows(0), np.array([s]))[0][0] for s in scores]
+    assert [t for t, alert in enumerate(decisions) if alert] == [0, 20]  # 40 and 60 kept back
+    assert sorted(g.times_[0][g.times_[0] >= 0].tolist()) == [1, 21, 41, 61]
+    assert g.steps_[0] == 70 and g.scored_[0] == 65
+    # A state saved before the step clock continues it from the scored readings its alert times were kept in.
+    old = {k: v for k, v in g.state_dict().items() if k != "steps_"}
+    assert AlertGate.from_state(old).steps_.tolist() == [65]
+
 def test_run_peaks_count_alerted_runs_once_each_and_survive_a_save_and_restore():
     def gate():
         return AlertGate(threshold=1.0, min_count=1, refractory=0, protect=10, peaks=2, peak_decay=0.0, n_streams=1)

@@ -289,6 +289,9 @@ def test_a_short_gap_is_missing_steps_and_a_long_gap_restarts_warm_up(univariate
     scored, _ = run(monitor, [value("a", 13, 0.1)])  # 3 missing steps: filled, not scored
     assert [s.step - T0 for s in scored] == [13] and monitor.counters["gap_filled_steps"] == 3
     assert not scored[0].warming
+    # The filled steps reach the alert gate unscored: its schedule's clock counts them, its scored readings do not.
+    gate = monitor._detector.gate
+    assert gate.steps_.tolist() == [14] and gate.scored_[0] < 14
     scored, alerts = run(monitor, faulty("a", range(30, 36)))  # 16 missing: reset
     assert [s.warming for s in scored] == [True] * 4 + [False] * 2  # 2 without a score, 2 scored, then active
     assert monitor.counters["resets"] == 1

@@ -197,8 +197,8 @@ class DetectorConfig:
             recurs once a day or once a shift is a surprise every time under a per-stream model, and its run peaks
             have faded by the next day (a day is 288 readings at five minutes, 1,440 at one): a plain square wave of
             working hours alerted at every evening's fall, 12 days running (docs/detection.md, the schedule round).
-        schedule_tol: how far (a share of the spacing, and at least 2 readings) an alert may fall from where the
-            progression puts it. 0.002 rather than 0.01: at 0.01 (20 readings either side of a spacing of 2,000)
+        schedule_tol: how far (a share of the spacing, and at least 2 steps) an alert may fall from where the
+            progression puts it; spacing counts the stream's steps, a gap's missing ones included. 0.002 rather than 0.01: at 0.01 (20 readings either side of a spacing of 2,000)
             two of the benchmark's 60 multi-fault windows fell on a progression of earlier false alarms by chance.
         deviation_window: the last readings of the model's window that ``deviation`` judges the reading against
             (``window_deviation``; a shorter model window is used whole); 0 = the whole window. The window is the
@@ -729,13 +729,13 @@ class SignalStats(StreamState):
 
 
 SCHEDULE_MEMORY = 8
-"""Alerts per stream whose reading counts ``AlertGate`` remembers for ``on_schedule``."""
+"""Alerts per stream whose steps ``AlertGate`` remembers for ``on_schedule``."""
 
 
 def on_schedule(times: np.ndarray, now: int, after: int, tol: float) -> bool:
-    """Whether a reading at count ``now`` continues a progression of ``after`` of the earlier alerts at ``times``
-    (reading counts, −1 = none) spaced alike: for some spacing ``P`` from the newest of them, ``now − P``,
-    ``now − 2P``, ... each match an earlier alert to within ``max(2, tol · P)`` readings.
+    """Whether a reading at step ``now`` continues a progression of ``after`` of the earlier alerts at ``times``
+    (steps, −1 = none) spaced alike: for some spacing ``P`` from the newest of them, ``now − P``, ``now − 2P``, ...
+    each match an earlier alert to within ``max(2, tol · P)`` steps.
 
     One missing step ends a progression: a fault that took the place of one recurrence starts it again."""
     past = sorted((int(t) for t in np.asarray(times).tolist() if t >= 0), reverse=True)
@@ -784,7 +784,8 @@ class AlertGate(StreamState):
     capped above ``protect`` and ``debounce``), ``alerted_`` (the current run has alerted), ``run_`` (the peak of
     the current run at or above the threshold, −inf outside one), ``peaks_`` ``[S, peaks]`` (remembered run peaks,
     decayed; −inf = none), ``spent_`` (recent alerts, decayed), ``best_`` (the best score, −inf before any),
-    ``times_`` ``[S, SCHEDULE_MEMORY]`` (scored-reading counts of the latest alerts, raised or kept back; −1 = none).
+    ``steps_`` (steps since the stream started or was reset, unscored ones included: the schedule's clock), ``times_``
+    ``[S, SCHEDULE_MEMORY]`` (the steps of the latest alerts, raised or kept back; −1 = none).
     """
 
     def __init__(
@@ -817,6 +818,7 @@ class AlertGate(StreamState):
             "peaks_": np.full((n, self.peaks), -np.inf),
             "spent_": np.zeros(n),
             "best_": np.full(n, -np.inf),
+            "steps_": np.zeros(n, dtype=np.int64),
             "times_": np.full((n, SCHEDULE_MEMORY), -1, dtype=np.int64),
         }
 
@@ -828,6 +830,15 @@ class AlertGate(StreamState):
                 "quiet": self.quiet, "quiet_margin": self.quiet_margin, "quiet_after": self.quiet_after,
                 "quiet_start": self.quiet_start, "stuck": self.stuck, "schedule": self.schedule,
                 "schedule_tol": self.schedule_tol}  # fmt: skip
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> AlertGate:
+        """``StreamState.from_state``; a state saved before the step clock (``steps_``) continues it from its scored
+        readings, the clock its alert times were kept in."""
+        gate = super().from_state(state)
+        if "steps_" not in state:
+            gate.steps_[:] = gate.scored_
+        return gate
 
     def decide(
         self, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None
@@ -862,12 +873,16 @@ class AlertGate(StreamState):
             self.best_[idx] = np.where(scored & ~warming & (count >= self.quiet_start), np.fmax(best, score), best)
             alert = alert | quiet
         kept = np.zeros(len(idx), dtype=bool)
+        # The schedule keeps time in steps, not scored readings: a gap the monitor filled, or a reading it could not
+        # score, is still a step of the stream's clock, and a daily edge stays a day of steps apart across it.
+        steps = self.steps_[idx] + 1
+        self.steps_[idx] = steps
         if self.schedule:
             for row in np.flatnonzero(alert):
                 s = idx[row]
-                kept[row] = on_schedule(self.times_[s], int(count[row]), self.schedule, self.schedule_tol)
+                kept[row] = on_schedule(self.times_[s], int(steps[row]), self.schedule, self.schedule_tol)
                 self.times_[s] = np.roll(self.times_[s], 1)
-                self.times_[s, 0] = count[row]
+                self.times_[s, 0] = steps[row]
         self.alerted_[idx] = hot & (self.alerted_[idx] | alert)
         normal = scored & ~warming & ~self.alerted_[idx]
         self.record_[idx] = np.where(normal, np.fmax(record, np.fmin(score, self.record_cap)), record)
