@@ -36,6 +36,10 @@ Prototypes (``KIND:key=value;...``, each key optional):
   (``/``-separated even degrees of freedom, 0 for the Gaussian; default 4 to 20 and the Gaussian) whose chance of a value more than ``cut`` standard deviations above the mean
   matches how often the lane's own learned values have been, counted from a start of ``weight`` values at the
   committed tail's chance; the committed detector judges every lane under ``tail_dof``.
+- ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
+  own degrees of freedom (0: the Gaussian) instead of ``tail_dof`` for all.
+- ``held-record`` (``span``): hot readings within ``span`` readings of the stream's last alert (default: the
+  refractory period) stay out of the record, as the readings of an alerted run do.
 - ``segment-novelty`` (``k``): ``novelty`` of the mean of the lane's last ``k`` representations instead of the last
   one's, so that a collective fault is judged by a segment's representation rather than one step's.
 
@@ -366,6 +370,55 @@ def adaptive_tail(cut: float = 2.5, weight: float = 200.0, dofs: str = "4/6/8/12
     return Prototype(patches)
 
 
+def signal_tail(dofs: str = "8/8/4") -> Prototype:
+    """Each signal judged under a tail of its own (``dofs``, ``/``-separated even degrees of freedom in ``SIGNALS``
+    order, 0 for the Gaussian) instead of ``tail_dof`` for all: the plain-value ``deviation`` is what alarms on
+    bursty and heavy-tailed streams, the model signals are not."""
+    per_signal = [int(d) for d in str(dofs).split("/")]
+    if len(per_signal) != len(SIGNALS):
+        raise ValueError(f"signal-tail needs {len(SIGNALS)} tails ({'/'.join(SIGNALS)}), got {dofs!r}")
+    surprise, judge = SignalStats.surprise, detector_module._surprise
+    inside: list[bool] = []
+
+    def on_surprise(self: SignalStats, idx: np.ndarray, x: np.ndarray) -> np.ndarray:
+        inside.append(True)
+        try:
+            return surprise(self, idx, x)
+        finally:
+            inside.pop()
+
+    def tails(z: np.ndarray, dof: int) -> np.ndarray:
+        if not inside or z.ndim != 2 or z.shape[1] != len(per_signal):  # not a lane's signals: the tail asked for
+            return judge(z, dof)
+        return np.stack([judge(z[:, k], d) for k, d in enumerate(per_signal)], axis=1)
+
+    @contextmanager
+    def patches() -> Iterator[None]:
+        with mock.patch.object(SignalStats, "surprise", on_surprise), \
+                mock.patch.object(detector_module, "_surprise", tails):
+            yield
+
+    return Prototype(patches)
+
+
+def held_record(span: float = -1) -> Prototype:
+    """Hot readings within ``span`` readings of the stream's last alert (default: its refractory period) stay out of
+    the record: a run the refractory period holds back right after an alert is most often the alerted event going
+    on, and in the record (capped at ``record_cap``) it raised the bar for a fault a thousand readings later."""
+    decide = AlertGate.decide
+
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+        within = self.refractory if span < 0 else int(span)
+        before = self.record_[idx] - self.record_decay
+        with np.errstate(invalid="ignore"):
+            held = (np.asarray(score) >= self.threshold) & (self.since_[idx] + 1 <= within)
+        out = decide(self, idx, score, stuck)
+        self.record_[idx[held]] = before[held]
+        return out
+
+    return _patching(AlertGate, decide=on_decide)
+
+
 @contextmanager
 def _no_patches() -> Iterator[None]:
     yield
@@ -374,7 +427,8 @@ def _no_patches() -> Iterator[None]:
 PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
     "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "segment-novelty": segment_novelty,
-    "learn-cap": learn_cap, "adaptive-tail": adaptive_tail,
+    "learn-cap": learn_cap, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
+    "held-record": held_record,
 }  # fmt: skip
 
 

@@ -370,6 +370,23 @@ def test_an_alert_on_schedule_is_kept_back_and_still_counts_as_one_for_the_gate(
 
 
 
+def test_a_run_the_refractory_period_holds_back_stays_out_of_the_record_unless_record_held():
+    # An alert at 0, a louder run at 3 that the refractory period holds back (the event going on), then a fault at
+    # 30 of surprise 5.5. Kept out of the record, the held run leaves the bar at the threshold and the fault alerts;
+    # in it (capped at 6, falling 0.001 per reading) the held run's 6 hides the fault.
+    scores = [0.0] * 40
+    scores[0], scores[3], scores[4], scores[30] = 6.0, 9.0, 8.0, 5.5
+
+    def alerts(record_held: bool) -> tuple[list[int], float]:
+        g = AlertGate(threshold=4.0, min_count=1, refractory=10, protect=10, record_decay=0.001, record_cap=6.0,
+                      record_held=record_held, n_streams=1)  # fmt: skip
+        got = [t for t, s in enumerate(scores) if g.decide(rows(0), np.array([s]))[0][0]]
+        return got, float(g.record_[0])
+
+    assert alerts(False) == ([0, 30], 0.0)  # the record: the quiet readings after the fault
+    held, record = alerts(True)
+    assert held == [0] and record == pytest.approx(6.0 - 35 * 0.001)  # capped at its last reading, 4
+
 def test_the_schedule_keeps_time_in_steps_so_unscored_steps_do_not_move_it():
     # An edge every 20 steps; 5 steps before the third one are unscored (a gap the monitor filled, NaN). Counted in
     # scored readings the third edge would come 15 after the second, off the progression; in steps it is on it.

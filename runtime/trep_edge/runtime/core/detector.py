@@ -128,10 +128,14 @@ class DetectorConfig:
         scale_warmup: readings that set a lane's location and scale (models with ``scaling = "stream"``).
         scale_adapt: effective readings in the slow update of location and scale after that; 0 = frozen.
         record_decay: how fast (surprise per reading) the stream's record falls; the record is the largest score of
-            its readings outside alerted runs (recurring normal surprises, such as hot readings the refractory
-            period held back), and a reading alerts only above both ``threshold`` and the record. 0 disables it.
+            its readings outside alerted runs (the surprises a stream produces without alerting), and a reading
+            alerts only above both ``threshold`` and the record. 0 disables it.
         record_cap: the highest score that enters the record, so that a real anomaly the refractory period held
             back cannot hide the next one for long (``inf``: no cap).
+        record_held: whether readings at or above the threshold that the refractory period holds back enter the
+            record. Off: such a run, most often the alerted event going on, raised the record to its cap and hid
+            a fault a thousand readings later (docs/detection.md, the held-record round); recurring loud patterns
+            are the run peaks' to learn.
         peaks: how many recent *runs* (readings in a row at or above the threshold, alerted or not) a surprise level
             must have reached before it stops alerting: the bar is also the ``peaks``-th largest run peak of the
             stream, each falling by ``peak_decay`` per reading. A pattern that recurs (heart beats, a daily edge)
@@ -226,6 +230,7 @@ class DetectorConfig:
     prior_weight: int = 100
     record_decay: float = 0.0015
     record_cap: float = 6.0
+    record_held: bool = False
     peaks: int = 3
     peak_decay: float = 0.005
     min_warmup: int = 30
@@ -759,8 +764,8 @@ class AlertGate(StreamState):
     A stream alerts once per run of readings at or above the threshold (when the run reaches ``debounce`` readings,
     or at its first reading after the refractory period), so a lasting anomaly is one alert, not one per reading.
     With ``record_decay`` > 0 the bar is the larger of the threshold and the stream's *record*: the largest score
-    of its scored readings outside alerted runs (each at most ``record_cap``), falling by ``record_decay`` per
-    reading. Gaussian surprise fits the heavy, stream-specific tails of these signals badly, and a stream whose
+    of its scored readings outside alerted runs (each at most ``record_cap``; unless ``record_held``, not those at or
+    above the threshold that the refractory period holds back), falling by ``record_decay`` per reading. Gaussian surprise fits the heavy, stream-specific tails of these signals badly, and a stream whose
     normal edges recur at surprise 6 alerted once per refractory period for its whole life; the record learns that
     level from the surprises the stream produces without alerting, and an anomaly must beat it
     (docs/detection.md). With ``peaks`` > 0 the bar is also the ``peaks``-th largest peak of the stream's recent
@@ -793,7 +798,7 @@ class AlertGate(StreamState):
         record_decay: float = 0.0, record_cap: float = math.inf, peaks: int = 0, peak_decay: float = 0.0,
         budget: float = 0.0, budget_span: int = 1, budget_cost: float = 0.0, quiet: float = 0.0,
         quiet_margin: float = 0.0, quiet_after: int = 0, quiet_start: int = 0, stuck: float = 0.0,
-        schedule: int = 0, schedule_tol: float = 0.0, n_streams: int = 0,
+        schedule: int = 0, schedule_tol: float = 0.0, record_held: bool = True, n_streams: int = 0,
     ) -> None:  # fmt: skip
         self.threshold, self.min_count = float(threshold), int(min_count)
         self.refractory, self.protect, self.debounce = int(refractory), int(protect), int(debounce)
@@ -804,6 +809,7 @@ class AlertGate(StreamState):
         self.quiet_after, self.quiet_start = int(quiet_after), int(quiet_start)
         self.stuck = float(stuck)
         self.schedule, self.schedule_tol = int(schedule), float(schedule_tol)
+        self.record_held = bool(record_held)
         self._keep = math.exp(-1.0 / self.budget_span)  # the recent-alert count's decay per reading
         super().__init__(n_streams)
 
@@ -829,7 +835,7 @@ class AlertGate(StreamState):
                 "budget": self.budget, "budget_span": self.budget_span, "budget_cost": self.budget_cost,
                 "quiet": self.quiet, "quiet_margin": self.quiet_margin, "quiet_after": self.quiet_after,
                 "quiet_start": self.quiet_start, "stuck": self.stuck, "schedule": self.schedule,
-                "schedule_tol": self.schedule_tol}  # fmt: skip
+                "schedule_tol": self.schedule_tol, "record_held": self.record_held}  # fmt: skip
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> AlertGate:
@@ -885,6 +891,9 @@ class AlertGate(StreamState):
                 self.times_[s, 0] = steps[row]
         self.alerted_[idx] = hot & (self.alerted_[idx] | alert)
         normal = scored & ~warming & ~self.alerted_[idx]
+        if not self.record_held:  # a run the refractory period holds back is the alerted event's, not the normal
+            with np.errstate(invalid="ignore"):
+                normal &= ~((score >= self.threshold) & (since <= self.refractory))
         self.record_[idx] = np.where(normal, np.fmax(record, np.fmin(score, self.record_cap)), record)
         self._remember_peaks(idx, scored & ~warming & (score >= self.threshold), score, peaks)
         self.scored_[idx] = count
@@ -955,7 +964,7 @@ class Detector:
         self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect, c.debounce, c.record_decay,
                               c.record_cap, c.peaks, c.peak_decay, c.budget, c.budget_span, c.budget_cost, c.quiet,
                               c.quiet_margin, c.quiet_after, c.min_count, c.stuck, c.schedule,
-                              c.schedule_tol)  # fmt: skip
+                              c.schedule_tol, c.record_held)  # fmt: skip
 
     def _lane_parts(self) -> tuple[StreamState, ...]:
         return (self.memory, self.stats, self.steps, self.stuck)
