@@ -38,8 +38,6 @@ Prototypes (``KIND:key=value;...``, each key optional):
   committed tail's chance; the committed detector judges every lane under ``tail_dof``.
 - ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
   own degrees of freedom (0: the Gaussian) instead of ``tail_dof`` for all.
-- ``held-record`` (``span``): hot readings within ``span`` readings of the stream's last alert (default: the
-  refractory period) stay out of the record, as the readings of an alerted run do.
 - ``segment-novelty`` (``k``): ``novelty`` of the mean of the lane's last ``k`` representations instead of the last
   one's, so that a collective fault is judged by a segment's representation rather than one step's.
 
@@ -401,24 +399,6 @@ def signal_tail(dofs: str = "8/8/4") -> Prototype:
     return Prototype(patches)
 
 
-def held_record(span: float = -1) -> Prototype:
-    """Hot readings within ``span`` readings of the stream's last alert (default: its refractory period) stay out of
-    the record: a run the refractory period holds back right after an alert is most often the alerted event going
-    on, and in the record (capped at ``record_cap``) it raised the bar for a fault a thousand readings later."""
-    decide = AlertGate.decide
-
-    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
-        within = self.refractory if span < 0 else int(span)
-        before = self.record_[idx] - self.record_decay
-        with np.errstate(invalid="ignore"):
-            held = (np.asarray(score) >= self.threshold) & (self.since_[idx] + 1 <= within)
-        out = decide(self, idx, score, stuck)
-        self.record_[idx[held]] = before[held]
-        return out
-
-    return _patching(AlertGate, decide=on_decide)
-
-
 @contextmanager
 def _no_patches() -> Iterator[None]:
     yield
@@ -428,7 +408,6 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
     "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "segment-novelty": segment_novelty,
     "learn-cap": learn_cap, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
-    "held-record": held_record,
 }  # fmt: skip
 
 

@@ -144,3 +144,21 @@ def test_adaptive_tail_judges_a_heavy_tailed_lane_under_a_heavier_tail_and_only_
     assert adaptive[0] > committed[0]  # the Gaussian lane is judged under a lighter tail: more surprise at 4 sd
     assert adaptive[1] < adaptive[0]  # the heavy-tailed lane under a heavier one than the Gaussian lane
     assert "exceed_" not in stats_of().fields
+
+
+def test_signal_tail_judges_each_signal_under_its_own_tail_and_only_while_patched():
+    stats = SignalStats(len(SIGNALS), horizon=100, tail_dof=8, n_streams=1)
+    idx, learn = np.array([0]), np.array([True])
+    for v in (-1.0, 1.0) * 50:  # every signal: mean 0, standard deviation about 1
+        stats.learn(idx, np.full((1, len(SIGNALS)), v), learn)
+    x = np.full((1, len(SIGNALS)), 5.0)
+    committed = stats.surprise(idx, x)[0]
+    with prototypes.parse("signal-tail:dofs=8/0/4").patches():
+        patched = stats.surprise(idx, x)[0]
+    assert patched[0] == committed[0]  # distance: t(8) both ways
+    assert patched[1] > committed[1]  # novelty under the Gaussian: more surprise at 5 standard deviations
+    assert patched[2] < committed[2]  # deviation under t(4): less
+    assert np.array_equal(stats.surprise(idx, x)[0], committed)  # unpatched again
+    with pytest.raises(ValueError, match="signal-tail"):
+        prototypes.parse("signal-tail:dofs=8/8")
+
