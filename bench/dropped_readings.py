@@ -58,7 +58,8 @@ def main() -> None:
     models = PerStreamModels(args.per_stream_cache)
     data = streams()
     probation = min(int(0.15 * LENGTH), 750)
-    rows = {"committed": (DetectorConfig(), None), "schedule on scored readings": (DetectorConfig(), scored_reading_clock),
+    rows = {"committed": (DetectorConfig(), None),
+            "schedule on scored readings": (DetectorConfig(), scored_reading_clock),
             "no schedule": (DetectorConfig(schedule=0), None)}  # fmt: skip
     heads = [f"{label}, {100 * drop:g} % dropped" for drop in DROPS for label in rows]
     lines = ["| stream | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]

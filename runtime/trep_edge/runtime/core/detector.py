@@ -202,8 +202,9 @@ class DetectorConfig:
             have faded by the next day (a day is 288 readings at five minutes, 1,440 at one): a plain square wave of
             working hours alerted at every evening's fall, 12 days running (docs/detection.md, the schedule round).
         schedule_tol: how far (a share of the spacing, and at least 2 steps) an alert may fall from where the
-            progression puts it; spacing counts the stream's steps, a gap's missing ones included. 0.002 rather than 0.01: at 0.01 (20 readings either side of a spacing of 2,000)
-            two of the benchmark's 60 multi-fault windows fell on a progression of earlier false alarms by chance.
+            progression puts it; spacing counts the stream's steps, a gap's missing ones included. 0.002 rather than
+            0.01: at 0.01 (20 readings either side of a spacing of 2,000) two of the benchmark's 60 multi-fault
+            windows fell on a progression of earlier false alarms by chance.
         deviation_window: the last readings of the model's window that ``deviation`` judges the reading against
             (``window_deviation``; a shorter model window is used whole); 0 = the whole window. The window is the
             model's choice (201 for a model exported with the defaults, 128 for the general model, 49 for the ICU
@@ -739,8 +740,8 @@ SCHEDULE_MEMORY = 8
 
 def on_schedule(times: np.ndarray, now: int, after: int, tol: float) -> bool:
     """Whether a reading at step ``now`` continues a progression of ``after`` of the earlier alerts at ``times``
-    (steps, −1 = none) spaced alike: for some spacing ``P`` from the newest of them, ``now − P``, ``now − 2P``, ...
-    each match an earlier alert to within ``max(2, tol · P)`` steps.
+    (steps, −1 = none) spaced alike: for some spacing ``P`` from the newest of them, ``now − P``, ``now − 2P``,
+    ... each match an earlier alert to within ``max(2, tol · P)`` steps.
 
     One missing step ends a progression: a fault that took the place of one recurrence starts it again."""
     past = sorted((int(t) for t in np.asarray(times).tolist() if t >= 0), reverse=True)
@@ -765,10 +766,10 @@ class AlertGate(StreamState):
     or at its first reading after the refractory period), so a lasting anomaly is one alert, not one per reading.
     With ``record_decay`` > 0 the bar is the larger of the threshold and the stream's *record*: the largest score
     of its scored readings outside alerted runs (each at most ``record_cap``; unless ``record_held``, not those at or
-    above the threshold that the refractory period holds back), falling by ``record_decay`` per reading. Gaussian surprise fits the heavy, stream-specific tails of these signals badly, and a stream whose
-    normal edges recur at surprise 6 alerted once per refractory period for its whole life; the record learns that
-    level from the surprises the stream produces without alerting, and an anomaly must beat it
-    (docs/detection.md). With ``peaks`` > 0 the bar is also the ``peaks``-th largest peak of the stream's recent
+    above the threshold that the refractory period holds back), falling by ``record_decay`` per reading. Gaussian
+    surprise fits the heavy, stream-specific tails of these signals badly, and a stream whose normal edges recur at
+    surprise 6 alerted once per refractory period for its whole life; the record learns that level from the surprises
+    the stream produces without alerting, and an anomaly must beat it (docs/detection.md). With ``peaks`` > 0 the bar is also the ``peaks``-th largest peak of the stream's recent
     runs at or above the threshold, alerted ones included, each falling by ``peak_decay`` per reading: a surprise
     level the stream has reached ``peaks`` times lately is its normal (beats, daily edges), however high.
     With ``budget_cost`` > 0 a stream that has spent its alert budget (more than ``budget`` recent alerts, counted
