@@ -369,7 +369,6 @@ def test_an_alert_on_schedule_is_kept_back_and_still_counts_as_one_for_the_gate(
     assert AlertGate.from_state(old).times_.tolist() == [[-1] * SCHEDULE_MEMORY]
 
 
-
 def test_a_run_the_refractory_period_holds_back_stays_out_of_the_record_unless_record_held():
     # An alert at 0, a louder run at 3 that the refractory period holds back (the event going on), then a fault at
     # 30 of surprise 5.5. Kept out of the record, the held run leaves the bar at the threshold and the fault alerts;
@@ -387,6 +386,7 @@ def test_a_run_the_refractory_period_holds_back_stays_out_of_the_record_unless_r
     held, record = alerts(True)
     assert held == [0] and record == pytest.approx(6.0 - 35 * 0.001)  # capped at its last reading, 4
 
+
 def test_the_schedule_keeps_time_in_steps_so_unscored_steps_do_not_move_it():
     # An edge every 20 steps; 5 steps before the third one are unscored (a gap the monitor filled, NaN). Counted in
     # scored readings the third edge would come 15 after the second, off the progression; in steps it is on it.
@@ -402,6 +402,7 @@ def test_the_schedule_keeps_time_in_steps_so_unscored_steps_do_not_move_it():
     # A state saved before the step clock continues it from the scored readings its alert times were kept in.
     old = {k: v for k, v in g.state_dict().items() if k != "steps_"}
     assert AlertGate.from_state(old).steps_.tolist() == [65]
+
 
 def test_run_peaks_count_alerted_runs_once_each_and_survive_a_save_and_restore():
     def gate():

@@ -161,4 +161,3 @@ def test_signal_tail_judges_each_signal_under_its_own_tail_and_only_while_patche
     assert np.array_equal(stats.surprise(idx, x)[0], committed)  # unpatched again
     with pytest.raises(ValueError, match="signal-tail"):
         prototypes.parse("signal-tail:dofs=8/8")
-
