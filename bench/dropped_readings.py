@@ -26,6 +26,7 @@ from normal_streams import LENGTH, streams
 from trep_edge.runtime.core.detector import AlertGate, DetectorConfig
 from trep_edge.runtime.core.offline import detect_recording
 from trep_edge.runtime.core.windows import WindowConfig
+from trep_edge.training.evaluation import detection_metrics
 from trep_edge.training.evaluation.detection_corpus import Stream
 from trep_edge.training.evaluation.detection_per_stream import PerStreamModels
 
@@ -57,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     models = PerStreamModels(args.per_stream_cache)
     data = streams()
-    probation = min(int(0.15 * LENGTH), 750)
+    probation = detection_metrics.probation(LENGTH)
     rows = {"committed": (DetectorConfig(), None),
             "schedule on scored readings": (DetectorConfig(), scored_reading_clock),
             "no schedule": (DetectorConfig(schedule=0), None)}  # fmt: skip

@@ -25,6 +25,7 @@ import numpy as np
 from trep_edge.runtime.core.detector import DetectorConfig
 from trep_edge.runtime.core.engine import load_engine
 from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.training.evaluation import detection_metrics
 from trep_edge.training.evaluation.detection_corpus import Stream
 from trep_edge.training.evaluation.detection_per_stream import PerStreamModels
 
@@ -80,7 +81,7 @@ def main() -> None:
     engine = load_engine(args.model, "cpu")
     per_stream = PerStreamModels(args.per_stream_cache) if args.per_stream_train else None
     columns = list(configs) + [f"{label}, per-stream model" for label in configs if per_stream]
-    probation = min(int(0.15 * LENGTH), 750)
+    probation = detection_metrics.probation(LENGTH)
     started = time.perf_counter()
     lines = ["| stream | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     totals = dict.fromkeys(columns, 0)

@@ -769,9 +769,10 @@ class AlertGate(StreamState):
     above the threshold that the refractory period holds back), falling by ``record_decay`` per reading. Gaussian
     surprise fits the heavy, stream-specific tails of these signals badly, and a stream whose normal edges recur at
     surprise 6 alerted once per refractory period for its whole life; the record learns that level from the surprises
-    the stream produces without alerting, and an anomaly must beat it (docs/detection.md). With ``peaks`` > 0 the bar is also the ``peaks``-th largest peak of the stream's recent
-    runs at or above the threshold, alerted ones included, each falling by ``peak_decay`` per reading: a surprise
-    level the stream has reached ``peaks`` times lately is its normal (beats, daily edges), however high.
+    the stream produces without alerting, and an anomaly must beat it (docs/detection.md). With ``peaks`` > 0 the
+    bar is also the ``peaks``-th largest peak of the stream's recent runs at or above the threshold, alerted ones
+    included, each falling by ``peak_decay`` per reading: a surprise level the stream has reached ``peaks`` times
+    lately is its normal (beats, daily edges), however high.
     With ``budget_cost`` > 0 a stream that has spent its alert budget (more than ``budget`` recent alerts, counted
     with an exponential decay over ``budget_span`` readings) alerts only where the score also beats the bar by
     ``budget_cost`` per alert beyond it; the bar that decides which readings are hot (and learned) stays as it is.
@@ -892,11 +893,11 @@ class AlertGate(StreamState):
                 self.times_[s, 0] = steps[row]
         self.alerted_[idx] = hot & (self.alerted_[idx] | alert)
         normal = scored & ~warming & ~self.alerted_[idx]
+        level = scored & ~warming & (score >= self.threshold)  # in a run at or above the threshold
         if not self.record_held:  # a run the refractory period holds back is the alerted event's, not the normal
-            with np.errstate(invalid="ignore"):
-                normal &= ~((score >= self.threshold) & (since <= self.refractory))
+            normal &= ~(level & (since <= self.refractory))
         self.record_[idx] = np.where(normal, np.fmax(record, np.fmin(score, self.record_cap)), record)
-        self._remember_peaks(idx, scored & ~warming & (score >= self.threshold), score, peaks)
+        self._remember_peaks(idx, level, score, peaks)
         self.scored_[idx] = count
         self.since_[idx] = np.where(alert, 0, since)
         self.hot_[idx] = hot_run
