@@ -1,8 +1,8 @@
 """False alarms on fault-free streams of shapes real feeds have: every alert here is a false alarm.
 
 The detection benchmark's carriers are smooth industrial and vital-sign signals; real feeds also have recurring sharp
-edges (a daily reset, heart beats), counts and bursts, heavy tails and sparse events, and plant and IT operation
-has working weeks, trends, setpoint steps and idle starts. This script generates one
+edges (a daily reset, heart beats), counts and bursts, heavy tails and sparse events, plant and IT operation
+has working weeks, trends, setpoint steps and idle starts, and many feeds are noise around a level. This script generates one
 fault-free stream of each such shape (fixed seed, 8,000 readings, a 288-reading "day" as five-minute data has),
 scores it with `trep-edge score`'s code (`offline.detect_recording`, `models/general.onnx`) under the committed
 detector and any variants given, and prints the alerts after probation (the first 15 %, at most 750 readings) per
@@ -30,6 +30,14 @@ from trep_edge.training.evaluation.detection_corpus import Stream
 from trep_edge.training.evaluation.detection_per_stream import PerStreamModels
 
 LENGTH, DAY = 8000, 288
+
+
+def _ar1(shocks: np.ndarray, phi: float) -> np.ndarray:
+    """The AR(1) series ``x_t = phi · x_{t−1} + shocks_t`` from 0."""
+    out = np.zeros(len(shocks))
+    for t in range(1, len(shocks)):
+        out[t] = phi * out[t - 1] + shocks[t]
+    return out
 
 
 def streams(seed: int = 7) -> dict[str, np.ndarray]:
@@ -60,6 +68,12 @@ def streams(seed: int = 7) -> dict[str, np.ndarray]:
         # A line that runs during working hours (added after the fifteen above): a daily square wave, whose fall and
         # rise surprise a model every day (the schedule round).
         "working hours (square wave)": np.where(t % DAY < 0.6 * DAY, 80.0, 20.0) + rng.normal(0, 2, LENGTH),
+        # Noise and little else (added after the sixteen above; the redundancy round): a model trained on such a
+        # stream learns little beyond each reading's size, so its distance repeats deviation.
+        "white noise": rng.normal(50, 10, LENGTH),
+        "autocorrelated noise (AR(1), 0.7)": 20 + 3 * _ar1(rng.normal(size=LENGTH), 0.7),
+        "Laplace noise": 10 + rng.laplace(0, 1, LENGTH),
+        "CPU percent, idle and noisy": np.round(np.clip(rng.normal(8, 4, LENGTH), 0, 100), 1),
     }
     return {name: values[:, None].astype(np.float64) for name, values in shapes.items()}
 

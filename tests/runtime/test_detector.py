@@ -17,8 +17,10 @@ from trep_edge.runtime.core.detector import (
     SignalStats,
     StepRecord,
     StuckRecord,
+    REDUNDANCY_MIN_VALUES,
     combine_surprise,
     fold_step,
+    log_upper_gamma,
     on_schedule,
     student_upper_tail_surprise,
     upper_tail_surprise,
@@ -486,6 +488,82 @@ def test_fisher_combination_of_known_tail_probabilities():
     assert agreeing > 9.0  # three signals at p = 1e-4 each: stronger than any one of them
 
 
+def test_log_upper_gamma_matches_closed_forms_and_stays_finite_far_out():
+    z = np.array([1e-4, 0.01, 0.3, 1.0, 2.0, 2.5, 3.9, 4.1, 10.0, 30.0, 100.0, 600.0])
+    np.testing.assert_allclose(log_upper_gamma(1.0, z), -z, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(log_upper_gamma(2.0, z), -z + np.log1p(z), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(log_upper_gamma(3.0, z), -z + np.log(1 + z + z**2 / 2), rtol=1e-12, atol=1e-14)
+    erfc = np.array([math.erfc(math.sqrt(v)) for v in z])
+    np.testing.assert_allclose(log_upper_gamma(0.5, z), np.log(erfc), rtol=1e-10)
+    np.testing.assert_allclose(log_upper_gamma(1.5, z), np.log(erfc + 2 * np.sqrt(z / math.pi) * np.exp(-z)),
+                               rtol=1e-10)  # fmt: skip
+    assert log_upper_gamma(2.0, 2000.0) == pytest.approx(-2000 + math.log(2001), rel=1e-12)  # e^-2000 underflows
+    assert log_upper_gamma(1.7, 0.0) == 0.0
+
+
+def test_brown_counts_overlapping_signals_as_partly_one():
+    pair = np.array([[2.0, 2.0, np.nan], [3.0, 3.0, np.nan], [5.0, 1.0, np.nan]])
+    fisher = combine_surprise(pair)
+    np.testing.assert_array_equal(combine_surprise(pair, np.zeros((3, 3, 3))), fisher)  # independent: Fisher's
+    same = combine_surprise(pair, np.ones((3, 3, 3)))
+    np.testing.assert_allclose(same[:2], [2.0, 3.0], rtol=1e-9)  # one signal twice: its own surprise back
+    half = combine_surprise(pair, np.full((3, 3, 3), 0.5))
+    assert (same < half).all() and (half < fisher).all()
+    # An overlap with a signal that has no value changes nothing: one value gives itself back.
+    lone = np.array([[3.0, np.nan, np.nan]])
+    assert combine_surprise(lone, np.ones((1, 3, 3)))[0] == pytest.approx(3.0)
+    assert combine_surprise(np.array([[np.inf, 1.0, np.nan]]), np.ones((1, 3, 3)))[0] == math.inf
+
+
+def test_signal_stats_learn_the_correlations_and_overlap_only_near_duplicates():
+    stats = SignalStats(3, horizon=500, short=1, n_streams=1)
+    rng = np.random.default_rng(0)
+    idx = rows(0)
+    for t in range(300):
+        a, b = rng.normal(size=2)
+        stats.learn(idx, np.array([[a, a + 0.1 * rng.normal(), b]]), np.array([t % 10 != 0]))  # every 10th protected
+        if t == REDUNDANCY_MIN_VALUES:  # not yet enough learned readings: nothing overlaps
+            assert (stats.overlap(idx, 0.8) == 0).all()
+    assert stats.pairs_[0] == 270 - 2  # the learned rows, less the first two (no variance to standardise by)
+    overlap = stats.overlap(idx, 0.8)[0]
+    assert 0.9 < overlap[0, 1] == overlap[1, 0] <= 1.0  # ρ ≈ 0.995 → (ρ − 0.8) / 0.2
+    assert overlap[0, 2] == overlap[1, 2] == 0.0  # independent signals keep Fisher's method
+
+
+def _correlated_run(detector, draws, start=0):
+    """A lane whose ``distance`` is the exponential of its ``deviation`` (a model that sees only the reading's size)."""
+    alerts = []
+    for g in draws[start:]:
+        step = detector.step(rows(0), rows(0), rows(0), np.exp([g]), np.zeros((1, 2)), np.array([[[g], [0.0]]]))
+        alerts.append(bool(step.alert[0]))
+    return alerts
+
+
+def test_a_lane_whose_signals_repeat_each_other_alerts_less_and_survives_a_save_and_restore():
+    rng = np.random.default_rng(3)
+    draws = np.abs(rng.standard_t(4, 3000))
+    config = DetectorConfig(signals=("distance", "deviation"), short=1, prior_weight=0, quiet=0, stuck=0, budget_cost=0,
+                            peaks=0, record_decay=0, refractory=20)  # fmt: skip
+
+    def fresh(cfg):
+        detector = Detector(cfg, dims=2)
+        detector.add(streams=1, lanes=1)
+        return detector
+
+    fisher = sum(_correlated_run(fresh(dataclasses.replace(config, redundancy=1.0)), draws))
+    redundant = fresh(config)
+    brown = _correlated_run(redundant, draws)
+    assert fisher > 2 * sum(brown) and sum(brown) > 0  # one outlier counted once, not twice
+    assert redundant.stats.overlap(rows(0), config.redundancy)[0, 0, 1] > 0.5
+    interrupted = fresh(config)
+    got = _correlated_run(interrupted, draws[:1500])
+    restored = Detector(config, dims=2)
+    restored.load_state(npz_round_trip(interrupted.state_dict()))
+    assert restored.stats.pairs_[0] > REDUNDANCY_MIN_VALUES
+    assert got + _correlated_run(restored, draws, start=1500) == brown
+    assert (redundant.for_model(2, None).stats.pairs_ == 0).all()  # another model's signals: relearned
+
+
 def test_with_fisher_each_lane_is_one_test_of_its_combined_signals():
     config = DetectorConfig(signals=("distance", "novelty"), memory=8, stride=1, exclusion=1, short=1, min_count=1,
                             prior_weight=0)  # fmt: skip
@@ -526,6 +604,10 @@ def test_a_pattern_the_stream_alerted_on_is_remembered_and_not_new_when_it_recur
 def test_combine_is_validated_and_overridable():
     with pytest.raises(ValueError, match="combine"):
         DetectorConfig(combine="mean")
+    for bad in (-0.1, 1.5, math.nan):
+        with pytest.raises(ValueError, match="redundancy"):
+            DetectorConfig(redundancy=bad)
+    assert DetectorConfig().with_overrides("redundancy=1").redundancy == 1.0
     assert DetectorConfig().with_overrides("combine=max").combine == "max"
     assert DetectorConfig().with_overrides("memory_alerts=0").memory_alerts is False
     with pytest.raises(ValueError, match="memory_alerts"):

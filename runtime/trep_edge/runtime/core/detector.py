@@ -80,6 +80,15 @@ LOG_FLOOR = {"distance": 1e-6, "novelty": 1e-2}
 DEVIATION_MIN_VALUES = 16
 """Earlier values a window needs before its last step's deviation from them is judged."""
 
+REDUNDANCY_MIN_VALUES = 50
+"""Readings with a value of every signal that a lane needs before its signals' correlations count
+(``SignalStats.overlap``)."""
+
+GAMMA_TERMS = 60
+"""The most terms of the series and of the continued fraction in ``log_upper_gamma`` (each stops once its terms no
+longer change the sum): within 1e-9 of the exact value for the shape parameters Brown's method meets with at most
+three signals (0.5 to 3)."""
+
 STEP_FLOOR = 0.1
 """The least scale of a window's changes, as a fraction of its level scale (``window_deviation``): the changes of a
 quantised or near-flat window are mostly 0, and without a floor every flip of its last digit was a huge step."""
@@ -111,6 +120,13 @@ class DetectorConfig:
         signals: which of ``SIGNALS`` are judged.
         combine: how a lane's signal surprises become its score: ``fisher`` (Fisher's method over the signals with
             a value) or ``max`` (the largest, corrected for the number of signals).
+        redundancy: the correlation of two of a lane's signals (learned on its own readings) above which Fisher's
+            method counts them as partly one (Brown's method, at ``(ρ − redundancy) / (1 − redundancy)``); 1 =
+            Fisher's method always. A model trained on a noise-like stream learns little beyond the reading's size,
+            so its ``distance`` repeats ``deviation`` (ρ 0.9–0.96) and Fisher's method counted one ordinary outlier
+            twice: 40 false alarms on four fault-free noise streams of 7,250 readings, 31 with 0.8 (white noise: 10,
+            4). Below 0.8 it reaches lanes whose signals agree because faults move them together, and loses faults
+            (docs/detection.md, the redundancy round).
         memory: representations remembered per lane for ``novelty``.
         stride: readings between two remembered representations (memory spans ``memory * stride`` readings).
         exclusion: the most recent readings whose representations are never compared with (overlapping windows
@@ -215,6 +231,7 @@ class DetectorConfig:
 
     signals: tuple[str, ...] = SIGNALS
     combine: str = "fisher"
+    redundancy: float = 0.8
     memory: int = 128
     stride: int = 4
     exclusion: int = 32
@@ -282,6 +299,9 @@ class DetectorConfig:
         if self.deviation_window != 0 and self.deviation_window <= DEVIATION_MIN_VALUES:
             raise ValueError(f"detector deviation_window must be > {DEVIATION_MIN_VALUES} readings (0 = the model's "
                              f"whole window), got {self.deviation_window}")
+        if not 0 <= self.redundancy <= 1:
+            raise ValueError(f"detector redundancy must be a correlation in [0, 1] (1 = Fisher's method always), got "
+                             f"{self.redundancy}")
         if self.step_span < STEP_BLOCKS:
             raise ValueError(f"detector step_span must be >= {STEP_BLOCKS} readings, got {self.step_span}")
 
@@ -451,11 +471,17 @@ def student_upper_tail_surprise(z: np.ndarray, dof: int) -> np.ndarray:
     return out
 
 
-def combine_surprise(surprise: np.ndarray) -> np.ndarray:
+def combine_surprise(surprise: np.ndarray, overlap: np.ndarray | None = None) -> np.ndarray:
     """Fisher's method over each row's signal surprises ``[m, K]`` (NaN = no value): ``[m]``, NaN when none.
 
     With ``k`` values, ``X = −2 Σ ln p`` follows χ² with ``2k`` degrees of freedom under the null, whose tail is
     ``e^{−X/2} Σ_{i<k} (X/2)^i / i!``; the result is ``−log10`` of that tail (one value gives itself back).
+
+    ``overlap [m, K, K]``: the correlation each pair of signals is counted at (0 = independent, 1 = the same signal;
+    the diagonal is ignored). Where a pair with values overlaps, Brown's method replaces Fisher's: ``X / c`` follows
+    χ² with ``f`` degrees of freedom, ``c = Var / 2E`` and ``f = 2E² / Var`` for ``E = 2k`` and ``Var = 4k + Σ_{i≠j}
+    cov_ij``, the covariance of ``−2 ln p`` of two signals correlated at ρ being ``3.263ρ + 0.710ρ² + 0.027ρ³``
+    (Kost and McDermott 2002). Two identical signals then give their one surprise back.
     """
     s = np.asarray(surprise, dtype=np.float64)
     seen = np.isfinite(s) | np.isposinf(s)
@@ -467,7 +493,61 @@ def combine_surprise(surprise: np.ndarray) -> np.ndarray:
             total += np.where(i < k, term, 0.0)
             term = term * half / (i + 1)
         out = (half - np.log(total)) / math.log(10.0)
+    if overlap is not None:
+        pairs = seen[:, :, None] & seen[:, None, :] & ~np.eye(s.shape[1], dtype=bool)
+        rho = np.where(pairs, np.asarray(overlap, dtype=np.float64), 0.0)
+        extra = (3.263 * rho + 0.710 * rho**2 + 0.027 * rho**3).sum(axis=(1, 2))
+        brown = (extra > 0) & np.isfinite(half)
+        if brown.any():
+            mean, var = 2.0 * k[brown], 4.0 * k[brown] + extra[brown]
+            c, f = var / (2 * mean), 2 * mean**2 / var
+            out[brown] = -log_upper_gamma(f / 2, half[brown] / c) / math.log(10.0)
     return np.where(k > 0, np.where(np.isposinf(half), np.inf, out), np.nan)
+
+
+_lgamma = np.frompyfunc(math.lgamma, 1, 1)
+
+
+def log_upper_gamma(a: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """``ln Q(a, z)``, the regularised upper incomplete gamma function, elementwise for ``a > 0`` and ``z ≥ 0``
+    (``P(χ²_f > x) = Q(f/2, x/2)``).
+
+    Below ``z = a + 1`` from the series of the lower function, ``P = z^a e^{−z} / Γ(a + 1) · Σ_n z^n / ((a+1)…(a+n))``;
+    above it from the continued fraction of ``Q`` (modified Lentz), kept in log space so that a far tail does not
+    underflow (a χ² tail of 1e-400 is still a finite surprise).
+    """
+    a, z = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(z, dtype=np.float64))
+    out = np.zeros(a.shape)
+    low, high = (z > 0) & (z < a + 1), z >= a + 1
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if low.any():
+            al, zl = a[low], z[low]
+            term, total = np.ones(al.shape), np.ones(al.shape)
+            for n in range(1, GAMMA_TERMS):
+                term = term * zl / (al + n)
+                total = total + term
+                if (term <= 1e-17 * total).all():
+                    break
+            lead = al * np.log(zl) - zl - np.asarray(_lgamma(al + 1), dtype=np.float64)  # ln(z^a e^{−z} / Γ(a+1))
+            out[low] = np.log1p(-np.minimum(np.exp(lead + np.log(total)), 1.0))
+        if high.any():
+            ah, zh = a[high], z[high]
+            tiny = 1e-300
+            b = zh + 1 - ah
+            d = 1 / b
+            c, h = np.full(ah.shape, 1 / tiny), d.copy()
+            for i in range(1, GAMMA_TERMS):
+                an, b = -i * (i - ah), b + 2
+                d = an * d + b
+                d = 1 / np.where(np.abs(d) < tiny, tiny, d)
+                c = b + an / c
+                c = np.where(np.abs(c) < tiny, tiny, c)
+                h = h * d * c
+                if (np.abs(d * c - 1) <= 1e-16).all():
+                    break
+            lead = ah * np.log(zh) - zh - np.asarray(_lgamma(ah), dtype=np.float64)  # ln(z^a e^{−z} / Γ(a))
+            out[high] = lead + np.log(h)
+    return out
 
 
 def _surprise(x: np.ndarray, dof: int) -> np.ndarray:
@@ -665,8 +745,10 @@ class SignalStats(StreamState):
 
     The statistics are expanding (Welford) for the first ``horizon`` values, then exponential with weight
     ``1/horizon``, so a stream that drifts slowly keeps a current baseline. NaN values are not learned. With a
-    ``prior``, a fresh lane starts from its mean and variance as if it had seen ``prior.count`` values.
-    State: ``count_``, ``mean_``, ``var_`` ``[S, K]``; ``recent_`` ``[S, K, short]`` (NaN = empty), ``pos_`` ``[S]``.
+    ``prior``, a fresh lane starts from its mean and variance as if it had seen ``prior.count`` values. The signals'
+    correlations are learned alike, from the readings that give every signal a value (``overlap``).
+    State: ``count_``, ``mean_``, ``var_`` ``[S, K]``; ``recent_`` ``[S, K, short]`` (NaN = empty), ``pos_`` ``[S]``;
+    ``pairs_`` ``[S]`` and ``comoment_`` ``[S, K, K]``, the mean product of the standardised signals.
     """
 
     def __init__(
@@ -685,6 +767,8 @@ class SignalStats(StreamState):
             "var_": np.zeros((n, self.k)) + (0.0 if p is None else np.asarray(p.var)),
             "recent_": np.full((n, self.k, self.short), np.nan),
             "pos_": np.zeros(n, dtype=np.int64),
+            "pairs_": np.zeros(n, dtype=np.int64),
+            "comoment_": np.zeros((n, self.k, self.k)),
         }
 
     def _config(self) -> dict[str, Any]:
@@ -721,9 +805,13 @@ class SignalStats(StreamState):
         """Record one value per signal of each selected lane; only rows with ``baseline`` enter the statistics.
 
         The short-term ring always advances (it describes the present, anomaly or not); the long-run statistics
-        skip NaN values and the rows the alert gate protects.
+        skip NaN values and the rows the alert gate protects, and the correlations also rows without every signal.
         """
         ok = np.isfinite(x) & np.asarray(baseline, dtype=bool)[:, None]
+        std = np.sqrt(self.var_[idx])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            u = (x - self.mean_[idx]) / np.where((self.count_[idx] >= 2) & (std > 0), std, np.nan)
+        together = ok.all(axis=1) & np.isfinite(u).all(axis=1)
         count = np.where(ok, np.minimum(self.count_[idx] + 1, self.horizon), self.count_[idx])
         a = np.where(ok, 1.0 / np.maximum(count, 1), 0.0)
         delta = np.where(ok, x - self.mean_[idx], 0.0)
@@ -732,6 +820,22 @@ class SignalStats(StreamState):
         self.count_[idx] = count
         self.recent_[idx, :, self.pos_[idx] % self.short] = x
         self.pos_[idx] += 1
+        rows, u = idx[together], u[together]
+        pairs = np.minimum(self.pairs_[rows] + 1, self.horizon)
+        w = (1.0 / pairs)[:, None, None]
+        self.comoment_[rows] = (1 - w) * self.comoment_[rows] + w * u[:, :, None] * u[:, None, :]
+        self.pairs_[rows] = pairs
+
+    def overlap(self, idx: np.ndarray, floor: float) -> np.ndarray:
+        """How far each pair of a lane's signals counts as one ``[n, K, K]``: their correlation ρ on the lane's
+        learned readings as ``(ρ − floor) / (1 − floor)``, clipped to [0, 1], for ``floor < 1``; 0 until the lane has
+        ``REDUNDANCY_MIN_VALUES`` readings with every signal (``combine_surprise``'s ``overlap``)."""
+        c = self.comoment_[idx]
+        d = np.sqrt(np.einsum("nkk->nk", c))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rho = c / (d[:, :, None] * d[:, None, :])
+        known = (self.pairs_[idx] >= REDUNDANCY_MIN_VALUES)[:, None, None] & np.isfinite(rho)
+        return np.where(known, np.clip((rho - floor) / (1 - floor), 0.0, 1.0), 0.0)
 
 
 SCHEDULE_MEMORY = 8
@@ -1026,13 +1130,8 @@ class Detector:
             else:
                 columns.append(np.fmax.reduce(channel_deviation, axis=1))  # a lane's worst channel
         signals = transform_signals(np.stack(columns, axis=1), self.config.signals)  # [m, K]
-        surprise = self.stats.surprise(lanes, signals)
-        if self.config.combine == "fisher":
-            lane_score, per_lane = combine_surprise(surprise), 1
-        else:
-            lane_score = np.where(np.isfinite(surprise).any(axis=1), np.nanmax(np.where(np.isnan(surprise), -np.inf,
-                                                                                        surprise), axis=1), np.nan)
-            per_lane = len(columns)
+        lane_score = self.combine(lanes, self.stats.surprise(lanes, signals))
+        per_lane = 1 if self.config.combine == "fisher" else len(columns)
         # Per stream: the best lane, corrected for the number of tests made (lanes with a value, × signals for max).
         tests = np.bincount(lane_of, weights=valid.astype(np.float64), minlength=n) * per_lane
         best = _best_per_stream(lane_score, lane_of, n)
@@ -1063,6 +1162,16 @@ class Detector:
         return DetectorStep(np.where(warming, np.nan, held), total, alert, warming, winner, lane_score, signals,
                             channel_deviation, frozen)  # fmt: skip
 
+    def combine(self, lanes: np.ndarray, surprise: np.ndarray) -> np.ndarray:
+        """One surprise per lane from its signal surprises ``[m, K]`` (``DetectorConfig.combine``): Fisher's method,
+        counting signals that the lane has shown to be near-duplicates as partly one (``redundancy``), or the
+        largest. NaN where no signal has a value."""
+        if self.config.combine == "fisher":
+            overlap = self.stats.overlap(lanes, self.config.redundancy) if self.config.redundancy < 1 else None
+            return combine_surprise(surprise, overlap)
+        return np.where(np.isfinite(surprise).any(axis=1),
+                        np.nanmax(np.where(np.isnan(surprise), -np.inf, surprise), axis=1), np.nan)  # fmt: skip
+
     def for_model(self, dims: int, card_prior: Mapping[str, Any] | None) -> Detector:
         """This detector's successor for another model with the same inputs (a hot swap): no stream warms up again.
 
@@ -1078,6 +1187,8 @@ class Detector:
         new.gate = new.gate.with_arrays(self.gate.state_dict())
         new.gate.scored_[active] = np.maximum(new.gate.scored_[active], new.gate.min_count)
         new.stats = new.stats.with_arrays(self.stats.state_dict())
+        # The signals' correlations are partly the old model's: relearned from the new model's readings.
+        new.stats.pairs_[:], new.stats.comoment_[:] = 0, 0.0
         new.steps = new.steps.with_arrays(self.steps.state_dict())
         new.stuck = new.stuck.with_arrays(self.stuck.state_dict())
         new.memory.add_streams(new.stats.n_streams)

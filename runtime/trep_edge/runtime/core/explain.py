@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from trep_edge.runtime.core.detector import Detector, SignalStats, combine_surprise, transform_signals
+from trep_edge.runtime.core.detector import Detector, SignalStats, transform_signals
 from trep_edge.runtime.core.engine import Engine
 from trep_edge.runtime.core.preprocess import Normalisation, robust_location_scale
 from trep_edge.runtime.core.scoring import raw_score
@@ -117,12 +117,12 @@ def expected_values(prepared: np.ndarray, seen: np.ndarray, scale: np.ndarray) -
 
 def single_surprise(detector: Detector, lanes: np.ndarray, signals: np.ndarray) -> np.ndarray:
     """Surprise of each row's log-signals ``[n, K]`` as single values against its lane's long-run statistics,
-    the signals combined as the detector combines them (``DetectorConfig.combine``)."""
+    the signals combined as the detector combines them (``Detector.combine``)."""
     stats = detector.stats
     single = SignalStats(stats.k, stats.horizon, short=1, tail_dof=stats.tail_dof, n_streams=len(lanes))
     single.count_[:], single.mean_[:], single.var_[:] = stats.count_[lanes], stats.mean_[lanes], stats.var_[lanes]
     per_signal = single.surprise(np.arange(len(lanes)), signals)
-    return combine_surprise(per_signal) if detector.config.combine == "fisher" else np.fmax.reduce(per_signal, axis=1)
+    return detector.combine(lanes, per_signal)
 
 
 def occlusion_surprise(engine: Engine, detector: Detector, lanes: np.ndarray, windows: np.ndarray,
