@@ -1,9 +1,9 @@
 """False alarms on fault-free streams of shapes real feeds have: every alert here is a false alarm.
 
 The detection benchmark's carriers are smooth industrial and vital-sign signals; real feeds also have recurring sharp
-edges (a daily reset, heart beats), counts and bursts, heavy tails and sparse events, plant and IT operation
-has working weeks, trends, setpoint steps and idle starts, and many feeds are noise around a level. This script generates one
-fault-free stream of each such shape (fixed seed, 8,000 readings, a 288-reading "day" as five-minute data has),
+edges (a daily reset, heart beats), counts and bursts, heavy tails and sparse events, plant and IT operation has
+working weeks, trends, setpoint steps and idle starts, and many feeds are noise around a level. This script generates
+one fault-free stream of each such shape (fixed seed, 8,000 readings, a 288-reading "day" as five-minute data has),
 scores it with `trep-edge score`'s code (`offline.detect_recording`, `models/general.onnx`) under the committed
 detector and any variants given, and prints the alerts after probation (the first 15 %, at most 750 readings) per
 stream and variant, side by side.
