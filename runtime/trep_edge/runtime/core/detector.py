@@ -782,6 +782,11 @@ class SignalStats(StreamState):
         return cls(config["k"], config["horizon"], config["short"], None if prior is None else SignalPrior(**prior),
                    config.get("tail_dof", 0))  # fmt: skip
 
+    def _scale(self, idx: np.ndarray) -> np.ndarray:
+        """Each selected lane's standard deviation per signal ``[n, K]``; NaN until two values or while it is 0."""
+        std = np.sqrt(self.var_[idx])
+        return np.where((self.count_[idx] >= 2) & (std > 0), std, np.nan)
+
     def surprise(self, idx: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Surprise ``[n, K]`` of log-signals ``x [n, K]`` against each lane's history (NaN: no history or no value).
 
@@ -789,9 +794,7 @@ class SignalStats(StreamState):
         values including this one; both measured in units of the single-value standard deviation, which is
         conservative for the mean (signals of overlapping windows are correlated, so σ/√short would over-alert).
         """
-        count, mean = self.count_[idx], self.mean_[idx]
-        std = np.sqrt(self.var_[idx])
-        scale = np.where((count >= 2) & (std > 0), std, np.nan)
+        mean = self.mean_[idx]
         deviation = x - mean
         if self.short > 1:
             recent = self.recent_[idx].copy()
@@ -799,7 +802,7 @@ class SignalStats(StreamState):
             seen = np.isfinite(recent)
             short_mean = np.where(seen, recent, 0.0).sum(axis=2) / np.maximum(seen.sum(axis=2), 1)
             deviation = np.where(np.isfinite(x), np.fmax(deviation, short_mean - mean), np.nan)
-        return _surprise(deviation / scale, self.tail_dof)
+        return _surprise(deviation / self._scale(idx), self.tail_dof)
 
     def learn(self, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
         """Record one value per signal of each selected lane; only rows with ``baseline`` enter the statistics.
@@ -808,13 +811,11 @@ class SignalStats(StreamState):
         skip NaN values and the rows the alert gate protects, and the correlations also rows without every signal.
         """
         ok = np.isfinite(x) & np.asarray(baseline, dtype=bool)[:, None]
-        std = np.sqrt(self.var_[idx])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            u = (x - self.mean_[idx]) / np.where((self.count_[idx] >= 2) & (std > 0), std, np.nan)
+        delta = np.where(ok, x - self.mean_[idx], 0.0)
+        u = delta / self._scale(idx)  # standardised by the statistics before this reading, as ``surprise`` does
         together = ok.all(axis=1) & np.isfinite(u).all(axis=1)
         count = np.where(ok, np.minimum(self.count_[idx] + 1, self.horizon), self.count_[idx])
         a = np.where(ok, 1.0 / np.maximum(count, 1), 0.0)
-        delta = np.where(ok, x - self.mean_[idx], 0.0)
         self.mean_[idx] += a * delta
         self.var_[idx] = (1 - a) * (self.var_[idx] + a * delta**2)
         self.count_[idx] = count
@@ -1169,8 +1170,7 @@ class Detector:
         if self.config.combine == "fisher":
             overlap = self.stats.overlap(lanes, self.config.redundancy) if self.config.redundancy < 1 else None
             return combine_surprise(surprise, overlap)
-        return np.where(np.isfinite(surprise).any(axis=1),
-                        np.nanmax(np.where(np.isnan(surprise), -np.inf, surprise), axis=1), np.nan)  # fmt: skip
+        return np.fmax.reduce(surprise, axis=1)
 
     def for_model(self, dims: int, card_prior: Mapping[str, Any] | None) -> Detector:
         """This detector's successor for another model with the same inputs (a hot swap): no stream warms up again.
