@@ -194,6 +194,26 @@ def test_refractory_period_suppresses_alerts_after_one():
     assert alerts == [True, False, False, False, True]
 
 
+def test_a_new_run_far_louder_than_the_last_alert_escalates_through_the_refractory_period():
+    def gate(escalate: float) -> AlertGate:
+        return AlertGate(threshold=1.0, min_count=1, refractory=8, protect=10, escalate=escalate, n_streams=1)
+
+    # 3 alerts; its own run growing to 7 is the same event; a new run at 5 is below twice 3; a new run at 7 is not:
+    # it alerts inside the refractory period, and the next must reach twice 7 (13 does not, 15 does).
+    scores = [3.0, 7.0, 0.0, 5.0, 0.0, 7.0, 0.0, 13.0, 0.0, 15.0]
+    plain, escalating = gate(0.0), gate(2.0)
+    assert [i for i, s in enumerate(scores) if plain.decide(rows(0), np.array([s]))[0][0]] == [0, 9]
+    whole = [bool(escalating.decide(rows(0), np.array([s]))[0][0]) for s in scores]
+    assert [i for i, a in enumerate(whole) if a] == [0, 5, 9]
+    first = gate(2.0)
+    got = [bool(first.decide(rows(0), np.array([s]))[0][0]) for s in scores[:6]]
+    restored = AlertGate.from_state(first.state_dict())
+    got += [bool(restored.decide(rows(0), np.array([s]))[0][0]) for s in scores[6:]]
+    assert got == whole
+    old = {k: v for k, v in first.state_dict().items() if k != "last_"}  # a checkpoint from before escalation
+    assert AlertGate.from_state(old).last_.tolist() == [np.inf]  # nothing escalates until its next alert
+
+
 def test_protected_readings_are_not_learned_for_at_most_protect_in_a_row():
     gate = AlertGate(threshold=1.0, min_count=1, refractory=0, protect=2, n_streams=1)
     learn = [bool(gate.decide(rows(0), np.array([s]))[2][0]) for s in (5.0, 5.0, 5.0, 5.0, 0.0, 5.0)]
@@ -806,6 +826,23 @@ def test_the_general_model_alerts_a_frozen_sensor_a_few_readings_into_the_freeze
     y[at:] += 40  # 200 learnt scales: past the scaler's clip of 100
     np.testing.assert_array_equal(detect_recording(engine, y[:, None]).alerts,
                                   detect_recording(engine, y[:, None], DetectorConfig(stuck=0)).alerts)
+
+
+def test_the_general_model_alerts_a_burst_that_comes_right_after_an_ordinary_alert():
+    rng = np.random.default_rng(2)
+    n = 2000
+    x = rng.poisson(20 * np.exp(rng.normal(0, 0.5, n))).astype(float)  # bursty counts: they alert now and then
+    engine = load_engine(Path(__file__).resolve().parents[2] / "models" / "general.onnx", "cpu")
+    plain = DetectorConfig(escalate=0)
+    ordinary = np.flatnonzero(detect_recording(engine, x[:, None], plain).alerts)
+    at = int(ordinary[ordinary >= 300][0]) + 27
+    x[at : at + 20] += 300  # 15 times the usual level, inside that alert's refractory period
+
+    def in_burst(config: DetectorConfig) -> bool:
+        alerts = np.flatnonzero(detect_recording(engine, x[:, None], config).alerts)
+        return bool(((alerts >= at) & (alerts < at + 20)).any())
+
+    assert not in_burst(plain) and in_burst(DetectorConfig(escalate=2))
 
 
 def _run_detector(detector, distances, z, deviation, repeat):

@@ -135,7 +135,12 @@ class DetectorConfig:
         short: readings in the short-term mean of a signal (sustained anomalies); 1 disables it.
         min_count: scored readings a lane needs before it may alert.
         threshold: surprise (−log10 tail probability) from which a reading alerts.
-        refractory: readings after an alert during which the stream raises no new alert.
+        refractory: readings after an alert during which the stream raises no new alert, unless it escalates.
+        escalate: how many times the score of the stream's last alert a new run must reach to alert inside the
+            refractory period (the same run going on never does); 0 = never. The refractory period keeps one event
+            from paging again and again, but it also kept the largest event of a stream's life silent: a burst of 15
+            times a count stream's usual level (surprise 14.6) 27 readings after an ordinary burst had alerted (6.2)
+            raised nothing. Twice the score is a tail probability squared (docs/detection.md, the escalation round).
         debounce: consecutive readings at or above the threshold needed to alert (1 = the first one).
         protect: alerting readings in a row that the statistics skip before they learn a lasting change.
         relearn: a lane's newest stored readings that a model swapped in with the same inputs scores again, to
@@ -240,6 +245,7 @@ class DetectorConfig:
     min_count: int = 100
     threshold: float = 4.0
     refractory: int = 200
+    escalate: float = 2.0
     debounce: int = 1
     protect: int = 200
     relearn: int = 48
@@ -287,7 +293,7 @@ class DetectorConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
         for name in ("record_decay", "peak_decay", "budget", "budget_cost", "quiet", "quiet_margin", "stuck",
-                     "schedule_tol"):
+                     "schedule_tol", "escalate"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be finite and >= 0, got {getattr(self, name)}")
         if math.isnan(self.record_cap) or self.record_cap <= 0:
@@ -891,13 +897,17 @@ class AlertGate(StreamState):
     earlier alerts of the stream, spaced alike to within ``schedule_tol``) is kept back: a surprise that comes on
     time, a daily edge the run peaks have forgotten by the next day, is not news. It is still an alert for the gate
     (its run is not learned, its refractory period holds, and it joins the progression) but not for the budget.
+    With ``escalate`` > 0 a new run inside the refractory period (not the alerted run going on) alerts when its score
+    reaches ``escalate`` times that of the stream's last alert: the refractory period keeps one event from paging
+    again, not a far larger one that follows it.
     State: ``record_`` ``[S]`` (the record, −inf before any), ``scored_`` (scored readings), ``since_``
     (readings since the last alert, capped at ``refractory + 1``), ``hot_`` (readings at or above the bar in a row,
     capped above ``protect`` and ``debounce``), ``alerted_`` (the current run has alerted), ``run_`` (the peak of
     the current run at or above the threshold, −inf outside one), ``peaks_`` ``[S, peaks]`` (remembered run peaks,
     decayed; −inf = none), ``spent_`` (recent alerts, decayed), ``best_`` (the best score, −inf before any),
     ``steps_`` (steps since the stream started or was reset, unscored ones included: the schedule's clock), ``times_``
-    ``[S, SCHEDULE_MEMORY]`` (the steps of the latest alerts, raised or kept back; −1 = none).
+    ``[S, SCHEDULE_MEMORY]`` (the steps of the latest alerts, raised or kept back; −1 = none), ``last_`` (the score
+    of the latest raised alert; inf before any).
     """
 
     def __init__(
@@ -905,7 +915,8 @@ class AlertGate(StreamState):
         record_decay: float = 0.0, record_cap: float = math.inf, peaks: int = 0, peak_decay: float = 0.0,
         budget: float = 0.0, budget_span: int = 1, budget_cost: float = 0.0, quiet: float = 0.0,
         quiet_margin: float = 0.0, quiet_after: int = 0, quiet_start: int = 0, stuck: float = 0.0,
-        schedule: int = 0, schedule_tol: float = 0.0, record_held: bool = True, n_streams: int = 0,
+        schedule: int = 0, schedule_tol: float = 0.0, record_held: bool = True, escalate: float = 0.0,
+        n_streams: int = 0,
     ) -> None:  # fmt: skip
         self.threshold, self.min_count = float(threshold), int(min_count)
         self.refractory, self.protect, self.debounce = int(refractory), int(protect), int(debounce)
@@ -917,6 +928,7 @@ class AlertGate(StreamState):
         self.stuck = float(stuck)
         self.schedule, self.schedule_tol = int(schedule), float(schedule_tol)
         self.record_held = bool(record_held)
+        self.escalate = float(escalate)
         self._keep = math.exp(-1.0 / self.budget_span)  # the recent-alert count's decay per reading
         super().__init__(n_streams)
 
@@ -933,6 +945,7 @@ class AlertGate(StreamState):
             "best_": np.full(n, -np.inf),
             "steps_": np.zeros(n, dtype=np.int64),
             "times_": np.full((n, SCHEDULE_MEMORY), -1, dtype=np.int64),
+            "last_": np.full(n, np.inf),
         }
 
     def _config(self) -> dict[str, Any]:
@@ -942,7 +955,8 @@ class AlertGate(StreamState):
                 "budget": self.budget, "budget_span": self.budget_span, "budget_cost": self.budget_cost,
                 "quiet": self.quiet, "quiet_margin": self.quiet_margin, "quiet_after": self.quiet_after,
                 "quiet_start": self.quiet_start, "stuck": self.stuck, "schedule": self.schedule,
-                "schedule_tol": self.schedule_tol, "record_held": self.record_held}  # fmt: skip
+                "schedule_tol": self.schedule_tol, "record_held": self.record_held,
+                "escalate": self.escalate}  # fmt: skip
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> AlertGate:
@@ -976,6 +990,9 @@ class AlertGate(StreamState):
         hot_run = np.where(hot, np.minimum(self.hot_[idx] + 1, max(self.protect, self.debounce) + 1), 0)
         # Once per run of hot readings: its debounce-th reading, or its first one after the refractory period.
         alert = (hot_run >= self.debounce) & (since > self.refractory) & ~(self.alerted_[idx] & hot)
+        if self.escalate:
+            alert |= ((hot_run >= self.debounce) & (since <= self.refractory) & ~self.alerted_[idx]
+                      & (score >= self.escalate * self.last_[idx]))
         if self.budget_cost:  # over budget, a new alert must also beat the bar by the cost of each alert beyond it
             alert &= score >= bar + self.budget_cost * np.maximum(spent - self.budget, 0.0)
         quiet = np.zeros(len(idx), dtype=bool)
@@ -1005,6 +1022,7 @@ class AlertGate(StreamState):
         self._remember_peaks(idx, level, score, peaks)
         self.scored_[idx] = count
         self.since_[idx] = np.where(alert, 0, since)
+        self.last_[idx] = np.where(alert & ~kept, score, self.last_[idx])
         self.hot_[idx] = hot_run
         self.spent_[idx] = spent + (alert & ~kept)
         frozen = np.zeros(len(idx), dtype=bool)
@@ -1071,7 +1089,7 @@ class Detector:
         self.gate = AlertGate(c.threshold, max(warmup, 1), c.refractory, c.protect, c.debounce, c.record_decay,
                               c.record_cap, c.peaks, c.peak_decay, c.budget, c.budget_span, c.budget_cost, c.quiet,
                               c.quiet_margin, c.quiet_after, c.min_count, c.stuck, c.schedule,
-                              c.schedule_tol, c.record_held)  # fmt: skip
+                              c.schedule_tol, c.record_held, c.escalate)  # fmt: skip
 
     def _lane_parts(self) -> tuple[StreamState, ...]:
         return (self.memory, self.stats, self.steps, self.stuck)
