@@ -198,8 +198,8 @@ def test_a_new_run_far_louder_than_the_last_alert_escalates_through_the_refracto
     def gate(escalate: float) -> AlertGate:
         return AlertGate(threshold=1.0, min_count=1, refractory=8, protect=10, escalate=escalate, n_streams=1)
 
-    # 3 alerts; its own run growing to 7 is the same event; a new run at 5 is below twice 3; a new run at 7 is not:
-    # it alerts inside the refractory period, and the next must reach twice 7 (13 does not, 15 does).
+    # 3 alerts; its own run growing to 7 is the same event; a new run at 5, below twice 3, is held back; a new run at
+    # 7 reaches it and alerts inside the refractory period; the next must then reach twice 7 (13 does not, 15 does).
     scores = [3.0, 7.0, 0.0, 5.0, 0.0, 7.0, 0.0, 13.0, 0.0, 15.0]
     plain, escalating = gate(0.0), gate(2.0)
     assert [i for i, s in enumerate(scores) if plain.decide(rows(0), np.array([s]))[0][0]] == [0, 9]
