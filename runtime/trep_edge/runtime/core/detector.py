@@ -988,11 +988,12 @@ class AlertGate(StreamState):
         hot = scored & ~warming & (score >= bar)
         since = np.minimum(self.since_[idx] + 1, self.refractory + 1)
         hot_run = np.where(hot, np.minimum(self.hot_[idx] + 1, max(self.protect, self.debounce) + 1), 0)
-        # Once per run of hot readings: its debounce-th reading, or its first one after the refractory period.
-        alert = (hot_run >= self.debounce) & (since > self.refractory) & ~(self.alerted_[idx] & hot)
+        # Once per run of hot readings: its debounce-th reading, or its first one after the refractory period, or
+        # inside it when the run escalates (far louder than the last alert: news, not the alerted event going on).
+        free = since > self.refractory
         if self.escalate:
-            alert |= ((hot_run >= self.debounce) & (since <= self.refractory) & ~self.alerted_[idx]
-                      & (score >= self.escalate * self.last_[idx]))
+            free |= score >= self.escalate * self.last_[idx]
+        alert = (hot_run >= self.debounce) & free & ~(self.alerted_[idx] & hot)
         if self.budget_cost:  # over budget, a new alert must also beat the bar by the cost of each alert beyond it
             alert &= score >= bar + self.budget_cost * np.maximum(spent - self.budget, 0.0)
         quiet = np.zeros(len(idx), dtype=bool)
