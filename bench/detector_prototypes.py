@@ -32,6 +32,12 @@ Prototypes (``KIND:key=value;...``, each key optional):
   least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 % (at least 200 readings).
 - ``shift`` (``k``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings against the window
   before them, times ``gain`` (default ``sqrt(k)``), for a sustained shift inside a noisy channel's spread.
+- ``mean-shift`` (``k``): ``deviation``'s level is also the mean of the last ``k`` readings against the means of
+  ``k`` readings earlier in the window, in those means' own robust scale (``shift`` with a gain each window
+  measures: large on a noisy channel, about 1 on a smooth one).
+- ``skew-scale`` (``floor``): ``deviation``'s level in the scale of the window's half on the reading's side
+  ((q75 − median) or (median − q25), over 0.6745), at least ``floor`` times the symmetric scale, so that a skewed
+  window (counts, bursts) judges its long side by that side's spread.
 - ``adaptive-tail`` (``cut``, ``weight``, ``dofs``): each signal of each lane is judged under the tail among ``dofs``
   (``/``-separated even degrees of freedom, 0 for the Gaussian; default 4 to 20 and the Gaussian) whose chance of a value more than ``cut`` standard deviations above the mean
   matches how often the lane's own learned values have been, counted from a start of ``weight`` values at the
@@ -50,6 +56,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -271,6 +278,56 @@ def shift(k: int = 8, gain: float = 0.0) -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
+def mean_shift(k: int = 8) -> Prototype:
+    """``deviation``'s level is also the mean of the last ``k`` readings against the means of ``k`` readings earlier
+    in the window (those ending before the last ``k`` began), in their own robust scale: ``shift`` with a gain that
+    each window measures, so a k-mean of a noisy channel stands out by its smaller spread while on a smooth channel,
+    whose means spread as its readings do, it adds nothing."""
+    span, k = DetectorConfig().deviation_window, int(k)
+
+    def level(x: np.ndarray) -> np.ndarray:
+        padded = np.concatenate([np.full(span - 1, np.nan), x])
+        means = sliding_window_view(padded, k).mean(axis=1)  # means[j]: readings padded[j .. j + k − 1]
+        # The window ending at reading t spans padded[t .. t + span − 1]; its last mean starts at t + span − k, and
+        # the earlier means that end before it start at t .. t + span − 2k.
+        windows = sliding_window_view(means, span - k + 1)
+        earlier, recent = windows[:, : span - 2 * k + 1], windows[:, -1]
+        loc, scale = robust_location_scale(earlier)
+        enough = (np.isfinite(earlier).sum(axis=1) >= DEVIATION_MIN_VALUES) & np.isfinite(recent)
+        with np.errstate(invalid="ignore"):
+            moved = np.where(enough, np.abs(recent - loc) / scale, np.nan)
+        return np.fmax(_levels(x, span), moved)
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        return _with_levels(stream, tape, level)
+
+    return Prototype(_no_patches, rewrite)
+
+
+def skew_scale(floor: float = 0.5) -> Prototype:
+    """``deviation``'s level in the scale of the window's half on the reading's side: (q75 − median) / 0.6745 above
+    the median, (median − q25) / 0.6745 below, each at least ``floor`` times the symmetric IQR scale; a skewed
+    window (counts, bursts) judges its long side by its own spread, a symmetric one as before."""
+    span = DetectorConfig().deviation_window
+
+    def level(x: np.ndarray) -> np.ndarray:
+        windows = sliding_window_view(np.concatenate([np.full(span - 1, np.nan), x]), span)
+        earlier, last = windows[:, :-1], windows[:, -1]
+        loc, scale = robust_location_scale(earlier)
+        enough = np.isfinite(earlier).sum(axis=1) >= DEVIATION_MIN_VALUES
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            q75, q25 = np.nanpercentile(earlier, [75, 25], axis=1)
+            half = np.where(last >= loc, q75 - loc, loc - q25) / 0.6745
+            side = np.fmax(half, float(floor) * scale)
+            return np.where(enough, np.abs(last - loc) / side, np.nan)
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        return _with_levels(stream, tape, level)
+
+    return Prototype(_no_patches, rewrite)
+
+
 def segment_novelty(k: int = 8) -> Prototype:
     """``novelty`` of the mean of the lane's last ``k`` representations (since its last reset) instead of the last
     one's: a collective fault (a changed frequency, a distorted cycle, a drift) moves a segment's representation
@@ -406,7 +463,8 @@ def _no_patches() -> Iterator[None]:
 
 PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
-    "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "segment-novelty": segment_novelty,
+    "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift,
+    "skew-scale": skew_scale, "segment-novelty": segment_novelty,
     "learn-cap": learn_cap, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
 }  # fmt: skip
 

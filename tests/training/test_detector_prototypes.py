@@ -62,29 +62,48 @@ def test_quiet_record_adds_alerts_only_while_patched(tmp_path):
     assert (gaps > config.refractory).all()  # the refractory period holds for the second path too
 
 
-def test_shift_raises_the_level_where_a_noisy_channel_moves_and_never_lowers_it(tmp_path):
+def _levels(stream: Stream, tape: list, spec: str) -> np.ndarray:
+    """The ``deviation`` level each row of ``stream`` gets from ``spec``'s rewrite of its tape (NaN: none)."""
+    rows = [c[1] for c in tape if c[0] == "row"]
+    steps = [c[6][0, 0, 0] if c[6] is not None else np.nan for c in prototypes.parse(spec).rewrite(stream, tape)
+             if c[0] == "step"]  # fmt: skip
+    out = np.full(len(stream.values), np.nan)
+    for row, level in zip(rows, steps):
+        if row >= 0:
+            out[row] = level
+    return out
+
+
+@pytest.mark.parametrize("spec", ["shift:k=8", "mean-shift:k=8"])
+def test_shift_raises_the_level_where_a_noisy_channel_moves_and_never_lowers_it(tmp_path, spec):
     engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
     rng = np.random.default_rng(7)
     values = rng.normal(0, 1, (900, 1))
     values[600:, 0] += 1.5  # a sustained shift smaller than the noise's own spread of single readings
     stream = Stream("shifted", "synthetic", ["c0"], values, [(600, 899)])
     tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
-
-    def levels(spec: str) -> np.ndarray:
-        rows = [c[1] for c in tape if c[0] == "row"]
-        steps = [c[6][0, 0, 0] if c[6] is not None else np.nan for c in prototypes.parse(spec).rewrite(stream, tape)
-                 if c[0] == "step"]  # fmt: skip
-        out = np.full(len(values), np.nan)
-        for row, level in zip(rows, steps):
-            if row >= 0:
-                out[row] = level
-        return out
-
-    plain, shifted = levels("window-gap:gap=0"), levels("shift:k=8")
+    plain, shifted = _levels(stream, tape, "window-gap:gap=0"), _levels(stream, tape, spec)
     seen = np.isfinite(plain)
     assert (shifted[seen] >= plain[seen]).all()
     # eight readings into the shift the mean of the last eight stands out far more than any one reading does
     assert np.nanmedian(shifted[610:640]) > 2 * np.nanmedian(plain[610:640])
+
+
+def test_skew_scale_judges_the_long_side_of_a_skewed_window_by_its_own_spread(tmp_path):
+    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
+    rng = np.random.default_rng(3)
+    counts = rng.poisson(20 * np.exp(rng.normal(0, 0.5, 900))).astype(np.float64)[:, None]  # bursts above the median
+    stream = Stream("bursty", "synthetic", ["c0"], counts, [])
+    tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
+    plain, skewed = _levels(stream, tape, "window-gap:gap=0"), _levels(stream, tape, "skew-scale:floor=0.5")
+    seen = np.isfinite(plain)
+    # the bursts' levels shrink (the upper half spreads wider than the window's IQR says)
+    assert np.percentile(skewed[seen], 99) < 0.9 * np.percentile(plain[seen], 99)
+    # a reading below the median is judged by the narrower lower half: its level grows
+    above = np.flatnonzero(seen & (skewed < plain))
+    below = np.flatnonzero(seen & (skewed > plain))
+    assert len(above) and len(below)
+    assert np.median(counts[below, 0]) < np.median(counts[above, 0])
 
 
 def test_early_horizon_caps_only_the_model_signals_and_only_while_the_lane_is_young():
