@@ -38,6 +38,8 @@ Prototypes (``KIND:key=value;...``, each key optional):
 - ``skew-scale`` (``floor``): ``deviation``'s level in the scale of the window's half on the reading's side
   ((q75 − median) or (median − q25), over 0.6745), at least ``floor`` times the symmetric scale, so that a skewed
   window (counts, bursts) judges its long side by that side's spread.
+- ``constant-none``: no ``deviation`` level for a reading whose earlier window has no spread, instead of one over
+  the committed scale floor (1 % of the window's level, in the window's units).
 - ``adaptive-tail`` (``cut``, ``weight``, ``dofs``): each signal of each lane is judged under the tail among ``dofs``
   (``/``-separated even degrees of freedom, 0 for the Gaussian; default 4 to 20 and the Gaussian) whose chance of a value more than ``cut`` standard deviations above the mean
   matches how often the lane's own learned values have been, counted from a start of ``weight`` values at the
@@ -328,6 +330,26 @@ def skew_scale(floor: float = 0.5) -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
+def constant_none() -> Prototype:
+    """No ``deviation`` level for a reading whose earlier window has no spread at all (every earlier value equal):
+    the committed scale floor (1 % of the window's level, at least 1e-3) is in the window's units, so a change after
+    a constant stretch read as 48 or as 4,500 robust scales depending on the channel's level and the card's
+    normalisation, and such a value learnt during warm-up widened the lane's statistics for hundreds of readings."""
+    span = DetectorConfig().deviation_window
+
+    def level(x: np.ndarray) -> np.ndarray:
+        windows = sliding_window_view(np.concatenate([np.full(span - 1, np.nan), x]), span)[:, :-1]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            flat = np.nanmax(windows, axis=1) == np.nanmin(windows, axis=1)
+        return np.where(flat, np.nan, _levels(x, span))
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        return _with_levels(stream, tape, level)
+
+    return Prototype(_no_patches, rewrite)
+
+
 def segment_novelty(k: int = 8) -> Prototype:
     """``novelty`` of the mean of the lane's last ``k`` representations (since its last reset) instead of the last
     one's: a collective fault (a changed frequency, a distorted cycle, a drift) moves a segment's representation
@@ -464,7 +486,7 @@ def _no_patches() -> Iterator[None]:
 PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
     "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift,
-    "skew-scale": skew_scale, "segment-novelty": segment_novelty,
+    "skew-scale": skew_scale, "constant-none": constant_none, "segment-novelty": segment_novelty,
     "learn-cap": learn_cap, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
 }  # fmt: skip
 

@@ -106,6 +106,18 @@ def test_skew_scale_judges_the_long_side_of_a_skewed_window_by_its_own_spread(tm
     assert np.median(counts[below, 0]) < np.median(counts[above, 0])
 
 
+def test_constant_none_gives_no_level_after_a_window_without_spread_and_the_plain_one_elsewhere(tmp_path):
+    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
+    values = np.concatenate([np.zeros(60), np.random.default_rng(2).normal(5, 1, 240)])[:, None]  # a frozen opening
+    stream = Stream("opening", "synthetic", ["c0"], values, [])
+    tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
+    plain, none = _levels(stream, tape, "window-gap:gap=0"), _levels(stream, tape, "constant-none")
+    assert plain[60] > 1000  # the floor of a window of zeros makes the first real reading thousands of scales out
+    assert np.isnan(none[60])
+    later = np.isfinite(plain) & (np.arange(len(values)) > 60)
+    assert later.any() and np.array_equal(none[later], plain[later])
+
+
 def test_early_horizon_caps_only_the_model_signals_and_only_while_the_lane_is_young():
     stats = SignalStats(len(SIGNALS), horizon=2000, n_streams=1)
     idx, x, learn = np.array([0]), np.zeros((1, len(SIGNALS))), np.array([True])
