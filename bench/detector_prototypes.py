@@ -183,12 +183,17 @@ def early_horizon(early: float = 300, age: float = 1500) -> Prototype:
     return _patching(SignalStats, learn=on_learn)
 
 
+def _windows(x: np.ndarray, span: int) -> np.ndarray:
+    """The last ``span`` readings of one channel ``[T]`` at each reading, NaN before it starts: ``[T, span]``."""
+    return sliding_window_view(np.concatenate([np.full(span - 1, np.nan), x]), span)
+
+
 def _levels(x: np.ndarray, span: int, gap: int = 0, lag: int = 0) -> np.ndarray:
     """``deviation``'s level of each reading of one channel ``[T]`` against its last ``span`` readings, less the
     ``gap`` before it; with ``lag``, of the differences ``x_t − x_{t−lag}`` instead."""
     if lag:
         x = np.concatenate([np.full(lag, np.nan), x[lag:] - x[:-lag]])
-    windows = sliding_window_view(np.concatenate([np.full(span - 1, np.nan), x]), span)
+    windows = _windows(x, span)
     if gap:
         windows = np.concatenate([np.full((len(windows), gap), np.nan), windows[:, : span - 1 - gap], windows[:, -1:]],
                                  axis=1)  # fmt: skip
@@ -266,7 +271,7 @@ def shift(k: int = 8, gain: float = 0.0) -> Prototype:
     factor = float(gain) or math.sqrt(k)
 
     def level(x: np.ndarray) -> np.ndarray:
-        windows = sliding_window_view(np.concatenate([np.full(span - 1, np.nan), x]), span)
+        windows = _windows(x, span)
         earlier, recent = windows[:, : span - k], windows[:, span - k :]
         loc, scale = robust_location_scale(earlier)
         enough = (np.isfinite(earlier).sum(axis=1) >= DEVIATION_MIN_VALUES) & np.isfinite(recent).all(axis=1)
@@ -313,7 +318,7 @@ def skew_scale(floor: float = 0.5) -> Prototype:
     span = DetectorConfig().deviation_window
 
     def level(x: np.ndarray) -> np.ndarray:
-        windows = sliding_window_view(np.concatenate([np.full(span - 1, np.nan), x]), span)
+        windows = _windows(x, span)
         earlier, last = windows[:, :-1], windows[:, -1]
         loc, scale = robust_location_scale(earlier)
         enough = np.isfinite(earlier).sum(axis=1) >= DEVIATION_MIN_VALUES
@@ -338,11 +343,11 @@ def constant_none() -> Prototype:
     span = DetectorConfig().deviation_window
 
     def level(x: np.ndarray) -> np.ndarray:
-        windows = sliding_window_view(np.concatenate([np.full(span - 1, np.nan), x]), span)[:, :-1]
+        windows = _windows(x, span)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            flat = np.nanmax(windows, axis=1) == np.nanmin(windows, axis=1)
-        return np.where(flat, np.nan, _levels(x, span))
+            flat = np.nanmax(windows[:, :-1], axis=1) == np.nanmin(windows[:, :-1], axis=1)
+        return np.where(flat, np.nan, window_deviation(windows[:, :, None])[:, 0, 0])
 
     def rewrite(stream: Stream, tape: list) -> list:
         return _with_levels(stream, tape, level)
