@@ -44,6 +44,7 @@ from trep_edge.runtime.core.detector import Detector, DetectorConfig
 from trep_edge.runtime.core.engine import Engine, load_engine
 from trep_edge.runtime.core.monitor import Monitor
 from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.training.evaluation import detection
 from trep_edge.training.evaluation.detection import Output, markdown, summarise_groups
 from trep_edge.training.evaluation.detection_corpus import Stream, corpus
 
@@ -193,6 +194,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "--per-stream-train-flags='--seed 1'")
 
 
+PEERS = {"rolling_z": detection.rolling_z, "hst": detection.hst, "stumpi": detection.stumpi}
+"""The benchmark's model-free peers, for scripts that build streams of their own (``paper`` needs the benchmark's
+cached distances and is not among them)."""
+
+
+def add_peers_argument(parser: argparse.ArgumentParser) -> None:
+    """``--peers``: which of ``PEERS`` a script that builds its own streams runs beside the detector."""
+    parser.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated peers of {', '.join(PEERS)} "
+                        "('' for none; hst and stumpi need the [bench] extra)")
+
+
+def chosen_peers(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
+    """The peers ``--peers`` names (or the parser's error), and the flags that say so in a results file's command."""
+    peers = [p for p in args.peers.split(",") if p]
+    unknown = sorted(set(peers) - set(PEERS))
+    if unknown:
+        parser.error(f"unknown peers {unknown}: choose from {', '.join(PEERS)}")
+    return peers, [f"--peers '{args.peers}'"] * (args.peers != ",".join(PEERS))
+
+
 def committed_and(specs: list[str], parser: argparse.ArgumentParser) -> dict[str, DetectorConfig]:
     """The committed detector (``trep``) and the ``NAME:key=value;...`` variants, or the parser's error."""
     try:
@@ -306,6 +327,12 @@ class Bench:
         print(json.dumps({name: {k: round(float(row[k]), 3) for k in ("nab_standard", "nab_tuned", "f1", "fa_per_1k")}}
                          | {c: round(float(results["rows"][name][c]["nab_standard"]), 1) for c in categories}),
               flush=True)  # fmt: skip
+
+    def score_peers(self, results: dict, peers: list[str]) -> None:
+        """Add a row for each of ``PEERS`` named, run on every stream."""
+        for name in peers:
+            began = time.perf_counter()
+            self.score(results, name, [PEERS[name](s) for s in self.streams], began)
 
     def score_variants(self, results: dict, variants: dict[str, DetectorConfig], out: str | None) -> None:
         """Replay and score each variant in turn (a row each), then ``finish``."""

@@ -15,38 +15,28 @@ Without ``--per-stream`` every stream goes through ``--model`` (the general mode
 from __future__ import annotations
 
 import argparse
-import time
 
-from detector_replay import Bench, add_arguments, committed_and, corpus_flags
+from detector_replay import Bench, add_arguments, add_peers_argument, chosen_peers, committed_and, corpus_flags
 from trep_edge.datasets.paths import data_root
-from trep_edge.training.evaluation import detection
 from trep_edge.training.evaluation.detection_corpus import short
 
 STREAMS = 33  # three of each kind (none included), every size and carrier
-PEERS = {"rolling_z": detection.rolling_z, "hst": detection.hst, "stumpi": detection.stumpi}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
-    parser.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated peers of {', '.join(PEERS)} "
-                        "('' for none; hst and stumpi need the [bench] extra)")
+    add_peers_argument(parser)
     args = parser.parse_args()
     if args.quick:
         parser.error("--quick does not apply: this script has one set of streams")
-    peers = [p for p in args.peers.split(",") if p]
-    unknown = sorted(set(peers) - set(PEERS))
-    if unknown:
-        parser.error(f"unknown peers {unknown}: choose from {', '.join(PEERS)}")
+    peers, peer_flags = chosen_peers(args, parser)
     variants = committed_and(args.variants, parser)
     bench = Bench.load(args, short(data_root(args.data_root), STREAMS))
-    flags = (corpus_flags(args) + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)
-             + [f"--peers '{args.peers}'"] * (args.peers != ",".join(PEERS)))
+    flags = corpus_flags(args) + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants) + peer_flags
     results = bench.results(" ".join(["python bench/short_streams.py", *flags]), args)
-    for name in peers:
-        began = time.perf_counter()
-        bench.score(results, name, [PEERS[name](s) for s in bench.streams], began)
+    bench.score_peers(results, peers)
     bench.score_variants(results, variants, args.out)
 
 

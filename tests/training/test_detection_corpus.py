@@ -87,3 +87,27 @@ def test_short_streams_are_at_most_2000_readings_with_every_kind_and_size_and_st
             assert 0.35 * len(s.values) <= onset <= last < len(s.values)
     assert any(s.values.shape[1] > 1 for s in streams)
     assert all(s.category != "short" for s in dc.corpus(None, True))
+
+
+def test_count_feeds_put_every_kind_on_every_skewed_carrier_at_every_size():
+    carriers = dc.count_carriers()
+    streams = dc.counts()
+    again = dc.counts()
+    assert all(np.array_equal(a.values, b.values) for a, b in zip(streams, again))
+    assert len(streams) == len(carriers) * len(dc.KINDS)
+    for name, values in carriers.items():
+        assert values.min() >= 0
+        q01, q50, q99 = np.percentile(values, [1, 50, 99])
+        assert q99 - q50 > 2 * (q50 - q01)  # skewed: the long side well beyond the short one
+        mine = [s for s in streams if s.name.startswith(name + "#")]
+        assert sorted(s.meta["kind"] for s in mine) == sorted(dc.KINDS)
+        assert {s.meta["size"] for s in mine} == set(dc.SIZES)
+    for kind in dc.KINDS:
+        sizes = sorted(s.meta["size"] for s in streams if s.meta["kind"] == kind)
+        assert sizes == sorted(dc.SIZES * 2)
+    for s in streams:
+        assert s.category == "counts" and s.values.shape[1] == 1 and 2500 <= len(s.values) < 5000
+        assert (s.events == []) == (s.meta["kind"] == "none")
+        for onset, last in s.events:
+            assert 0.35 * len(s.values) <= onset <= last < len(s.values)
+    assert all(s.category != "counts" for s in dc.corpus(None, True))

@@ -98,3 +98,15 @@ def test_categories_keep_only_the_named_streams_and_are_echoed_runnable(tmp_path
     assert parser.parse_args([*flags, *shlex.split(" ".join(replay_bench.corpus_flags(args)))]) == args
     with pytest.raises(SystemExit, match="no stream of"):
         replay_bench.Bench.load(parser.parse_args([*flags, "--categories", "ucr"]), [one, three])
+
+
+def test_peers_are_chosen_by_name_and_an_unknown_one_is_refused():
+    parser = argparse.ArgumentParser()
+    replay_bench.add_peers_argument(parser)
+    peers, flags = replay_bench.chosen_peers(parser.parse_args([]), parser)
+    assert peers == list(replay_bench.PEERS) and flags == []  # the default says nothing in a results file
+    peers, flags = replay_bench.chosen_peers(parser.parse_args(["--peers", "rolling_z"]), parser)
+    assert peers == ["rolling_z"] and flags == ["--peers 'rolling_z'"]
+    assert replay_bench.chosen_peers(parser.parse_args(["--peers", ""]), parser)[0] == []
+    with pytest.raises(SystemExit):
+        replay_bench.chosen_peers(parser.parse_args(["--peers", "rolling_z,oracle"]), parser)

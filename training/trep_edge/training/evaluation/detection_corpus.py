@@ -246,6 +246,43 @@ def clustered(root: Path, count: int, seed: int = 3) -> list[Stream]:
     return streams
 
 
+COUNT_LENGTH, COUNT_DAY = 12000, 288
+
+
+def count_carriers(seed: int = 11) -> dict[str, np.ndarray]:
+    """Fault-free feeds of counts and bursts ``{name: [T]}``, five-minute readings over about 42 days: requests
+    per interval at a rate that wanders log-normally, the same with a daily cycle, a latency in milliseconds,
+    bytes per interval with a daily cycle, sparse events that are zero most of the time, and a message count whose
+    rate drifts slowly. ``../shared/data`` holds no such feed without labels, so they are drawn, not read."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(COUNT_LENGTH)
+    daily = np.sin(2 * np.pi * t / COUNT_DAY)
+    return {
+        "bursty-counts": rng.poisson(20 * np.exp(rng.normal(0, 0.8, COUNT_LENGTH))).astype(float),
+        "daily-bursty-counts": rng.poisson(30 * np.exp(0.8 * daily + rng.normal(0, 0.5, COUNT_LENGTH))).astype(float),
+        "latency-ms": np.round(np.exp(rng.normal(3.5, 0.5, COUNT_LENGTH)), 1),
+        "bytes-daily": np.exp(12 + 0.6 * daily + rng.normal(0, 0.7, COUNT_LENGTH)),
+        "sparse-events": np.where(rng.random(COUNT_LENGTH) < 0.05, rng.exponential(5, COUNT_LENGTH), 0.0),
+        "message-counts": rng.poisson(np.exp(2.5 + 0.5 * daily + 0.3 * np.cumsum(rng.normal(0, 0.02, COUNT_LENGTH))
+                                             + rng.normal(0, 0.4, COUNT_LENGTH))).astype(float),
+    }  # fmt: skip
+
+
+def counts(seed: int = 5) -> list[Stream]:
+    """Every fault kind (and none) once on each ``count_carriers`` feed, 2,500–5,000 readings each (not part of
+    ``corpus``): the corpus's carriers are physical signals and the archive's, while many plant and IT feeds are
+    counts and bursts, skewed and heavy-tailed, where an ordinary burst stands far out of a symmetric scale. Sizes
+    cycle with kind and carrier, so each carrier sees every size and each kind every size twice.
+    ``bench/count_feeds.py`` scores the detector on them."""
+    rng = np.random.default_rng(seed)
+    streams = []
+    for c, (name, values) in enumerate(count_carriers().items()):
+        for k, kind in enumerate(KINDS):
+            size = SIZES[(k + c) % len(SIZES)]
+            streams.append(_one_fault(f"{name}#{k}", "counts", values[:, None], kind, size, rng, False))
+    return streams
+
+
 def ucr(root: Path, names: tuple[str, ...] = UCR) -> list[Stream]:
     """The UCR anomaly series: the train part is normal, the test part holds one labelled segment."""
     out = []
