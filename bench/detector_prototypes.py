@@ -46,6 +46,10 @@ Prototypes (``KIND:key=value;...``, each key optional):
   committed tail's chance; the committed detector judges every lane under ``tail_dof``.
 - ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
   own degrees of freedom (0: the Gaussian) instead of ``tail_dof`` for all.
+- ``skewed-log`` (``ratio``, ``offset``, ``window``): ``deviation``'s level of a count-like channel (nothing below 0,
+  its 99th percentile at least ``ratio`` times as far above the median as the 1st lies below, over the stream's first
+  15 %) on ``asinh(x / c)`` from then on, ``c`` = ``offset`` times that part's median; with ``window`` 1 each window
+  decides for itself (``bench/count_feeds.py`` measures it where such channels are).
 - ``segment-novelty`` (``k``): ``novelty`` of the mean of the lane's last ``k`` representations instead of the last
   one's, so that a collective fault is judged by a segment's representation rather than one step's.
 
