@@ -35,7 +35,8 @@ def main() -> None:
     bench = Bench.load(args, clustered(data_root(args.data_root), STREAMS))
     results = bench.results("python bench/clustered_faults.py " + " ".join(
         corpus_flags(args) + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)), args)
-    bench.score_variants(results, variants, args.out)
+    bench.score_variants(results, variants)
+    bench.finish(results, args.out)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Without ``--per-stream`` every stream goes through ``--model`` (the general mode
 from __future__ import annotations
 
 import argparse
-import time
 
 from detector_prototypes import PROTOTYPES, parse, score_prototypes
 from detector_replay import Bench, add_arguments, add_peers_argument, chosen_peers, committed_and, corpus_flags
@@ -45,9 +44,7 @@ def main() -> None:
              + ["--prototypes", *(f"'{p}'" for p in args.prototypes)] * bool(args.prototypes) + peer_flags)
     results = bench.results(" ".join(["python bench/count_feeds.py", *flags]), args)
     bench.score_peers(results, peers)
-    for name, config in variants.items():
-        began = time.perf_counter()
-        bench.score(results, name, bench.run(config), began)
+    bench.score_variants(results, variants)
     score_prototypes(bench, results, prototypes, DetectorConfig())
     bench.finish(results, args.out)
 

@@ -384,10 +384,8 @@ def skewed_log(ratio: float = 3.0, offset: float = 1.0, window: float = 0) -> Pr
         head = x[: probation(len(x))]
         if not _skewed(head, float(ratio)):
             return raw
-        finite = head[np.isfinite(head)]
-        c = float(np.median(finite)) or float(np.median(finite[finite != 0])) if np.any(finite) else 0.0
-        if not c > 0:
-            return raw
+        finite = head[np.isfinite(head)]  # none below 0 and some above its median, so some above 0
+        c = float(np.median(finite)) or float(np.median(finite[finite > 0]))
         out = _levels(np.arcsinh(x / (float(offset) * c)), span)
         out[: len(head)] = raw[: len(head)]
         return out

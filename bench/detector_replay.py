@@ -126,6 +126,17 @@ def capture(engine: Engine, stream: Stream, cache: Path, check: bool = False) ->
     return tape, {"score": det.score, "alerts": det.alerts}
 
 
+def step_rows(tape: list) -> list[int]:
+    """The row of each ``step`` call of a tape, in order (-1: a step without a reading)."""
+    out, row = [], -1
+    for call in tape:
+        if call[0] == "row":
+            row = call[1]
+        elif call[0] == "step":
+            out.append(row)
+    return out
+
+
 def replay(tapes: list[list], config: DetectorConfig, card_prior: dict | None, rows: list[int]) -> list[Output]:
     """The score and alerts of every row of each tape's stream when one detector of ``config`` receives the tapes'
     calls, all streams side by side (the detector is vectorised across streams; each keeps its own state).
@@ -334,12 +345,11 @@ class Bench:
             began = time.perf_counter()
             self.score(results, name, [PEERS[name](s) for s in self.streams], began)
 
-    def score_variants(self, results: dict, variants: dict[str, DetectorConfig], out: str | None) -> None:
-        """Replay and score each variant in turn (a row each), then ``finish``."""
+    def score_variants(self, results: dict, variants: dict[str, DetectorConfig]) -> None:
+        """Replay and score each variant in turn (a row each)."""
         for name, config in variants.items():
             began = time.perf_counter()
             self.score(results, name, self.run(config), began)
-        self.finish(results, out)
 
     def finish(self, results: dict, out: str | None) -> None:
         """Stamp the wall time and write the tables to ``out`` (if given)."""
@@ -366,7 +376,8 @@ def main() -> None:
         bench.check()
     results = bench.results(" ".join(["python bench/detector_replay.py", *corpus_flags(args), *["--check"] * args.check,
                                       *["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)]), args)
-    bench.score_variants(results, variants, args.out)
+    bench.score_variants(results, variants)
+    bench.finish(results, args.out)
 
 
 if __name__ == "__main__":

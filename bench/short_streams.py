@@ -37,7 +37,8 @@ def main() -> None:
     flags = corpus_flags(args) + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants) + peer_flags
     results = bench.results(" ".join(["python bench/short_streams.py", *flags]), args)
     bench.score_peers(results, peers)
-    bench.score_variants(results, variants, args.out)
+    bench.score_variants(results, variants)
+    bench.finish(results, args.out)
 
 
 if __name__ == "__main__":

@@ -31,17 +31,6 @@ MODES: dict[str, Callable[[float, float], float]] = {
 }
 
 
-def step_rows(tape: list) -> list[int]:
-    """The row of each ``step`` call of a tape, in order (-1: a step without a reading)."""
-    out, row = [], -1
-    for call in tape:
-        if call[0] == "row":
-            row = call[1]
-        elif call[0] == "step":
-            out.append(row)
-    return out
-
-
 def gated(feed: Callable[[float], float]) -> Callable:
     """An ``AlertGate.decide`` that passes each call's (single-stream) score through ``feed``."""
     decide = AlertGate.decide
@@ -65,7 +54,7 @@ def general_scores(bench: dr.Bench) -> dict[str, np.ndarray]:
         with mock.patch.object(AlertGate, "decide", gated(keep)):
             dr.replay([bench.tapes[k]], DetectorConfig(), bench.priors[k], [len(stream.values)])
         by_row = np.full(len(stream.values), np.nan)
-        for row, score in zip(step_rows(bench.tapes[k]), seen, strict=True):
+        for row, score in zip(dr.step_rows(bench.tapes[k]), seen, strict=True):
             if row >= 0:
                 by_row[row] = score
         out[stream.name] = by_row
@@ -92,7 +81,7 @@ def main() -> None:
         began, outputs = time.perf_counter(), []
         for k, stream in enumerate(own.streams):
             other = general[stream.name]
-            rows = iter(step_rows(own.tapes[k]))
+            rows = iter(dr.step_rows(own.tapes[k]))
 
             def feed(mine: float, rows: Iterator[int] = rows, other: np.ndarray = other) -> float:
                 row = next(rows)

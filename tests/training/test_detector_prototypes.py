@@ -64,11 +64,10 @@ def test_quiet_record_adds_alerts_only_while_patched(tmp_path):
 
 def _levels(stream: Stream, tape: list, spec: str) -> np.ndarray:
     """The ``deviation`` level each row of ``stream`` gets from ``spec``'s rewrite of its tape (NaN: none)."""
-    rows = [c[1] for c in tape if c[0] == "row"]
     steps = [c[6][0, 0, 0] if c[6] is not None else np.nan for c in prototypes.parse(spec).rewrite(stream, tape)
              if c[0] == "step"]  # fmt: skip
     out = np.full(len(stream.values), np.nan)
-    for row, level in zip(rows, steps):
+    for row, level in zip(prototypes.dr.step_rows(tape), steps, strict=True):
         if row >= 0:
             out[row] = level
     return out

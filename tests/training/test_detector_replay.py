@@ -110,3 +110,8 @@ def test_peers_are_chosen_by_name_and_an_unknown_one_is_refused():
     assert replay_bench.chosen_peers(parser.parse_args(["--peers", ""]), parser)[0] == []
     with pytest.raises(SystemExit):
         replay_bench.chosen_peers(parser.parse_args(["--peers", "rolling_z,oracle"]), parser)
+
+
+def test_step_rows_follow_the_row_before_each_step():
+    tape = [("init", 4, 1), ("row", 0), ("step",), ("row", -1), ("step",), ("reset",), ("row", 5), ("step",)]
+    assert replay_bench.step_rows(tape) == [0, -1, 5]

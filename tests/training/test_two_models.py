@@ -15,11 +15,6 @@ sys.path.insert(0, str(ROOT / "bench"))  # the script imports its sibling detect
 import two_models  # noqa: E402
 
 
-def test_step_rows_follow_the_row_before_each_step():
-    tape = [("init", 4, 1), ("row", 0), ("step",), ("row", -1), ("step",), ("reset",), ("row", 5), ("step",)]
-    assert two_models.step_rows(tape) == [0, -1, 5]
-
-
 def test_each_mode_combines_as_named_and_keeps_a_lone_score():
     fisher, mean, least = (two_models.MODES[m] for m in ("fisher", "mean", "min"))
     assert math.isclose(fisher(3.0, math.nan), 3.0)
