@@ -8,8 +8,7 @@ such feeds (``detection_corpus.counts``, 66 streams of 2,500–5,000 readings; t
 ``bench/detector_prototypes.py`` on them (``detector_replay``: one engine pass per stream and model, cached), runs the
 benchmark's model-free peers on the same streams and prints the benchmark's table.
 
-    python bench/count_feeds.py --per-stream runs/counts-per-stream --prototypes 'skewed-log:ratio=3' \\
-        --out bench/results/count_feeds_per_stream.md
+    python bench/count_feeds.py --per-stream runs/counts-per-stream --out bench/results/count_feeds_per_stream.md
 
 Without ``--per-stream`` every stream goes through ``--model`` (the general model).
 """

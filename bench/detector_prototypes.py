@@ -46,10 +46,6 @@ Prototypes (``KIND:key=value;...``, each key optional):
   committed tail's chance; the committed detector judges every lane under ``tail_dof``.
 - ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
   own degrees of freedom (0: the Gaussian) instead of ``tail_dof`` for all.
-- ``skewed-log`` (``ratio``, ``offset``, ``window``): ``deviation``'s level of a count-like channel (nothing below 0,
-  its 99th percentile at least ``ratio`` times as far above the median as the 1st lies below, over the stream's first
-  15 %) on ``asinh(x / c)`` from then on, ``c`` = ``offset`` times that part's median; with ``window`` 1 each window
-  decides for itself (``bench/count_feeds.py`` measures it where such channels are).
 - ``segment-novelty`` (``k``): ``novelty`` of the mean of the lane's last ``k`` representations instead of the last
   one's, so that a collective fault is judged by a segment's representation rather than one step's.
 
@@ -359,58 +355,6 @@ def constant_none() -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
-def _skewed(x: np.ndarray, ratio: float) -> bool:
-    """Whether readings ``[T]`` look like a count or a burst feed: none below 0, and the long side of their median
-    at least ``ratio`` times the short side (99th against 1st percentile)."""
-    x = x[np.isfinite(x)]
-    if len(x) < DEVIATION_MIN_VALUES or x.min() < 0:
-        return False
-    q01, q50, q99 = np.percentile(x, [1, 50, 99])
-    return bool(q99 - q50 > ratio * max(q50 - q01, 1e-12 * max(abs(q50), 1.0)))
-
-
-def skewed_log(ratio: float = 3.0, offset: float = 1.0, window: float = 0) -> Prototype:
-    """``deviation``'s level of a count-like channel (``_skewed`` over the stream's first 15 %, at most 750
-    readings) on ``asinh(x / c)`` from then on, ``c`` = ``offset`` times the median of that part (of its non-zero
-    readings where the median is 0): logarithmic above ``c`` and linear below, so a burst of an ordinary size no
-    longer stands out by the window's symmetric scale, while a drop to zero still does. With ``window`` 1 each
-    window decides for itself instead (none of its earlier readings below 0, its 90th percentile at least ``ratio``
-    times as far above the median as the 10th is below; ``c`` its median, or its 90th percentile where that is 0)."""
-
-    span = DetectorConfig().deviation_window
-
-    def by_stream(x: np.ndarray) -> np.ndarray:
-        raw = _levels(x, span)
-        head = x[: probation(len(x))]
-        if not _skewed(head, float(ratio)):
-            return raw
-        finite = head[np.isfinite(head)]  # none below 0 and some above its median, so some above 0
-        c = float(np.median(finite)) or float(np.median(finite[finite > 0]))
-        out = _levels(np.arcsinh(x / (float(offset) * c)), span)
-        out[: len(head)] = raw[: len(head)]
-        return out
-
-    def by_window(x: np.ndarray) -> np.ndarray:
-        windows = _windows(x, span)
-        earlier = windows[:, :-1]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            q10, q50, q90 = np.nanpercentile(earlier, [10, 50, 90], axis=1)
-            low = np.nanmin(earlier, axis=1)
-        c = float(offset) * np.where(q50 > 0, q50, q90)
-        skewed = (low >= 0) & (c > 0) & (q90 - q50 > float(ratio) * (q50 - q10))
-        if not skewed.any():
-            return window_deviation(windows[:, :, None])[:, 0, 0]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            bent = np.where(skewed[:, None], np.arcsinh(windows / np.where(skewed, c, 1.0)[:, None]), windows)
-        return window_deviation(bent[:, :, None])[:, 0, 0]
-
-    def rewrite(stream: Stream, tape: list) -> list:
-        return _with_levels(stream, tape, by_window if window else by_stream)
-
-    return Prototype(_no_patches, rewrite)
-
-
 def segment_novelty(k: int = 8) -> Prototype:
     """``novelty`` of the mean of the lane's last ``k`` representations (since its last reset) instead of the last
     one's: a collective fault (a changed frequency, a distorted cycle, a drift) moves a segment's representation
@@ -548,7 +492,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
     "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift,
     "skew-scale": skew_scale, "constant-none": constant_none, "segment-novelty": segment_novelty,
-    "learn-cap": learn_cap, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail, "skewed-log": skewed_log,
+    "learn-cap": learn_cap, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
 }  # fmt: skip
 
 

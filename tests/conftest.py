@@ -86,6 +86,13 @@ def vitals_model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def export_tiny() -> Callable[..., Path]:
+    """A test's own tiny model: ``export_tiny(x [N, T, C], channels, out, window, iterations, **config)`` trains on
+    ``x`` and exports it calibrated on the same series."""
+    return _export_tiny
+
+
+@pytest.fixture(scope="session")
 def univariate_engine(univariate_model) -> Engine:
     """The univariate model loaded on CPU."""
     return load_engine(univariate_model, "cpu")

@@ -598,3 +598,39 @@ def test_a_stream_scaled_model_judges_deviation_on_the_readings_before_the_scali
     last = np.concatenate([w[:, -1, 0] for w in seen])
     readings = values.astype(np.float32)  # as the windows hold them
     assert np.isin(last, readings).all() and last.max() == readings.max()  # the readings themselves, spike unclipped
+
+
+# count channels (card ``counts``)
+
+
+def test_a_count_channels_deviation_reads_its_count_scale_and_still_sees_a_drop_to_zero(univariate_engine,
+                                                                                        monkeypatch):
+    import trep_edge.runtime.core.monitor as monitor_module
+
+    rng = np.random.default_rng(3)
+    x = rng.poisson(20 * np.where(rng.random(900) < 0.03, 6, 1)).astype(np.float64)
+    x[800:840] = 0.0  # the feed stops
+    plain = with_card(univariate_engine, normalisation={"mean": [float(x.mean())], "std": [float(x.std())]})
+    counted = with_card(plain, counts={"value": 20.0})
+    real, seen, stop = monitor_module.window_deviation, {}, {}
+    for engine in (plain, counted):
+        level = engine.card.counts.get("value", 0.0)
+        calls = seen[level] = []
+        monkeypatch.setattr(monitor_module, "window_deviation",
+                            lambda windows, span=0: calls.append(windows) or real(windows, span))
+        # Only the deviation signal, the one the card's counts change.
+        scored, _ = run(Monitor(engine, detector=DetectorConfig(signals=("deviation",))), series_readings(x), 100)
+        stop[level] = max(s.surprise for s in scored[800:845])
+    # Linear below the level, while the bursts above it no longer widen the scale: the stop stands out more.
+    assert stop[20.0] > stop[0.0] + 0.25
+    windows = np.concatenate(seen[0.0])
+    np.testing.assert_allclose(np.concatenate(seen[20.0]), np.arcsinh((windows * x.std() + x.mean()) / 20.0),
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+def test_swapping_in_a_model_with_other_count_channels_restarts_the_deviation_statistics(univariate_engine, caplog):
+    monitor = Monitor(univariate_engine, detector=cold(3))
+    run(monitor, [value("a", t, np.sin(t)) for t in range(80)])
+    with caplog.at_level(logging.WARNING, logger="trep_edge.runtime.core.monitor"):
+        monitor.swap_engine(with_card(univariate_engine, counts={"value": 1.0}))
+    assert "counts" in caplog.text and "reset the windows" in caplog.text and monitor.streams == {"a": "warming"}

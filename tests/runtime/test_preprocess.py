@@ -2,8 +2,13 @@
 import numpy as np
 import pytest
 
+from trep_edge.runtime.core.model_card import ModelCard
 from trep_edge.runtime.core.preprocess import (
+    COUNT_MIN_READINGS,
+    Normalisation,
     StreamScaler,
+    count_levels,
+    count_scale,
     difference,
     fit_normalisation,
     forward_fill,
@@ -135,3 +140,43 @@ def test_scaler_state_round_trip_mid_stream_equals_an_uninterrupted_run(round_tr
     got += [scale_windows(restored, lanes, w[None].transpose(0, 2, 1)) for w in windows[25:]]
     np.testing.assert_array_equal(got, expected)
     assert restored.count_.tolist() == [60] * 3
+
+
+def count_feeds(n: int = 2000, seed: int = 0) -> np.ndarray:
+    """``[n, 5]``: requests with bursts (median about 20), a sparse event count (median 0), a symmetric positive
+    level (50 ± 2), a signed one (0 ± 1) and a level far from 0 with peaks (60 ± 1, peaks of +40)."""
+    rng = np.random.default_rng(seed)
+    requests = rng.poisson(20 * np.exp(rng.normal(0, 0.1, n)) * np.where(rng.random(n) < 0.03, 8, 1))
+    events = rng.poisson(0.3, n) * rng.integers(1, 6, n)
+    peaks = rng.normal(60, 1, n) + 40 * (rng.random(n) < 0.03)
+    return np.stack([requests, events, rng.normal(50, 2, n), rng.normal(0, 1, n), peaks], axis=1).astype(np.float64)
+
+
+def test_count_levels_finds_count_and_burst_channels_with_their_typical_level():
+    x = count_feeds()
+    levels = count_levels(x, ["requests", "events", "level", "signed", "peaks"])
+    assert set(levels) == {"requests", "events"}  # the peaks' upper tail is long, but they are not multiples of 60
+    assert levels["requests"] == np.median(x[:, 0])
+    assert levels["events"] == np.median(x[x[:, 1] > 0, 1]) > 0  # median 0: the level of its non-zero readings
+    # Read back from the float32 normalisation a model's calibration data goes through, zeros come back as ±1e-7 of
+    # the level: still none below 0.
+    norm = Normalisation(np.float32([20, 0.4, 50, 0, 61]), np.float32([9, 1.1, 2, 1, 7]))
+    back = norm.invert(norm.apply(x))
+    names = ["r", "e", "l", "s", "p"]
+    assert back[:, :2].min() < 0 and set(count_levels(back, names)) == {"r", "e"}
+    assert count_levels(x[: COUNT_MIN_READINGS - 1], names) == {}  # too few readings decide nothing
+
+
+def test_count_scale_bends_only_the_cards_count_channels_on_the_readings_scale():
+    card = ModelCard("m", ["requests", "level"], {"mean": [20.0, 50.0], "std": [10.0, 2.0]}, 0, "relative",
+                     "time2vec", 8, 4, 2)  # fmt: skip
+    windows = np.random.default_rng(1).normal(size=(3, 8, 2)).astype(np.float32)
+    assert count_scale(card, windows) is windows  # no counts: the windows themselves
+    card.counts = {"requests": 5.0}
+    bent = count_scale(card, windows)
+    np.testing.assert_allclose(bent[..., 0], np.arcsinh((windows[..., 0] * 10.0 + 20.0) / 5.0), rtol=1e-6)
+    np.testing.assert_array_equal(bent[..., 1], windows[..., 1])
+    # Logarithmic well above the level: 8 times a rate of 5 c is as far from it as 8 times 10 c from 10 c; linear
+    # below it, so a drop to 0 from c is as far as from 0 to c.
+    bend = np.arcsinh(np.float64([5, 40, 10, 80, 0, 1]))
+    assert abs((bend[1] - bend[0]) - (bend[3] - bend[2])) < 0.01 and bend[5] - bend[4] > 0.85

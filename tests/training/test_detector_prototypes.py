@@ -105,26 +105,6 @@ def test_skew_scale_judges_the_long_side_of_a_skewed_window_by_its_own_spread(tm
     assert np.median(counts[below, 0]) < np.median(counts[above, 0])
 
 
-@pytest.mark.parametrize("spec", ["skewed-log:ratio=3", "skewed-log:window=1;ratio=2"])
-def test_skewed_log_bends_only_a_count_feed_and_shrinks_its_bursts(tmp_path, spec):
-    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
-    rng = np.random.default_rng(3)
-    counts = rng.poisson(20 * np.exp(rng.normal(0, 0.8, 1200))).astype(np.float64)[:, None]
-    noise = rng.normal(50, 10, (1200, 1))  # positive but symmetric: not a count feed
-    levels = {}
-    for name, values in (("counts", counts), ("noise", noise)):
-        stream = Stream(name, "synthetic", ["c0"], values, [])
-        tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
-        levels[name] = _levels(stream, tape, "window-gap:gap=0"), _levels(stream, tape, spec)
-    plain, bent = levels["noise"]
-    assert np.array_equal(plain, bent, equal_nan=True)
-    plain, bent = levels["counts"]
-    after = np.isfinite(plain) & (np.arange(1200) >= 180)  # past the part the stream-wide rule decides on
-    assert np.percentile(bent[after], 99.5) < 0.7 * np.percentile(plain[after], 99.5)
-    if "window" not in spec:  # the stream-wide rule leaves the readings it decides on as they were
-        assert np.array_equal(plain[:180], bent[:180], equal_nan=True)
-
-
 def test_constant_none_gives_no_level_after_a_window_without_spread_and_the_plain_one_elsewhere(tmp_path):
     engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
     values = np.concatenate([np.zeros(60), np.random.default_rng(2).normal(5, 1, 240)])[:, None]  # a frozen opening

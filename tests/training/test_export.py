@@ -134,6 +134,30 @@ def test_card_ranges_name_card_channels_with_finite_bounds(ranges, problem):
         card.validate()
 
 
+@pytest.mark.parametrize("counts, problem", [({"b": 3.0}, "counts.b names no channel"), ({"a": 0}, "finite number > 0"),
+                                             ({"a": float("nan")}, "finite number > 0"), ({"a": True}, "finite number"),
+                                             (["a"], "an object of channel")])  # fmt: skip
+def test_card_counts_name_card_channels_with_a_positive_level_of_undifferenced_readings(counts, problem):
+    card = ModelCard("m", ["a"], {"mean": [0], "std": [1]}, 0, "relative", "time2vec", 10, 8, 1)
+    assert "counts" not in card.to_json()  # absent at its default: older cards keep their text
+    card.counts = {"a": 12.5}
+    assert ModelCard.from_json(card.to_json()).counts == {"a": 12.5}
+    card.differencing = 1
+    with pytest.raises(ModelCardError, match="undifferenced readings only"):
+        card.validate()
+    card.differencing, card.counts = 0, counts
+    with pytest.raises(ModelCardError, match=problem):
+        card.validate()
+
+
+def test_export_finds_the_count_channels_of_its_calibration_data(export_tiny, tmp_path):
+    rng = np.random.default_rng(0)
+    requests = rng.poisson(20 * np.where(rng.random((2, 400)) < 0.03, 8, 1))
+    x = np.stack([requests, rng.normal(50, 2, (2, 400))], axis=-1).astype(np.float32)
+    engine = load_engine(export_tiny(x, ["requests", "level"], tmp_path / "m.onnx", window=32, iterations=2), "cpu")
+    assert engine.card.counts == {"requests": pytest.approx(float(np.median(requests)), abs=1e-3)}
+
+
 LOINC_HR = {"system": "http://loinc.org", "code": "8867-4", "display": "Heart rate", "unit": "/min"}
 
 

@@ -68,20 +68,23 @@ class ModelCard:
     channel_codes: dict = field(default_factory=dict)
     """What each channel measures in a standard terminology, ``{channel: {"system", "code", "display", "unit"}}``
     (e.g. LOINC, with a UCUM unit): the FHIR output's codes (runtime/trep_edge/runtime/service/fhir.py). Channels left out are named only."""
+    counts: dict = field(default_factory=dict)
+    """Channels whose normal readings are a count or burst feed, each with its typical level, ``{channel: c}``: the
+    detector's ``deviation`` judges them on ``asinh(x / c)`` (``preprocess.count_levels``, ``count_scale``)."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
         """Canonical JSON text (sorted keys), identical in the ONNX metadata and the sidecar file.
 
-        ``graphs``, ``scaling``, ``channel_mode``, ``detector_prior``, ``ranges``, ``period`` and ``channel_codes`` are
-        left out at their defaults, so a card without them keeps the text (and the sha256-compared identity) older
+        ``graphs``, ``scaling``, ``channel_mode``, ``detector_prior``, ``ranges``, ``period``, ``channel_codes`` and
+        ``counts`` are left out at their defaults, so a card without them keeps the text (and the sha256-compared identity) older
         runtimes wrote.
         """
         data = asdict(self)
         if not self.graphs:
             del data["graphs"]
         for key, default in (("scaling", "card"), ("channel_mode", "fixed"), ("detector_prior", {}), ("ranges", {}),
-                             ("period", 0.0), ("channel_codes", {})):
+                             ("period", 0.0), ("channel_codes", {}), ("counts", {})):
             if data[key] == default:
                 del data[key]
         return json.dumps(data, sort_keys=True, indent=2)
@@ -161,6 +164,7 @@ class ModelCard:
         problems += _prior_problems(self.detector_prior)
         problems += _range_problems(self.ranges, self.channels)
         problems += _code_problems(self.channel_codes, self.channels)
+        problems += _count_problems(self.counts, self.channels, self.differencing)
         if isinstance(self.period, bool) or not isinstance(self.period, (int, float)) or not 0 <= self.period < math.inf:
             problems.append(f"period must be a number of seconds >= 0 (0 = any), got {self.period!r}")
         problems += _graph_problems(self.graphs)
@@ -178,6 +182,18 @@ def _prior_problems(prior: object) -> list[str]:
     if len({len(prior[k]) for k in keys}) != 1 or any(v < 0 for v in prior["var"]):
         return ["detector_prior signals, mean and var must have one length, and var must be >= 0"]
     return []
+
+
+def _count_problems(counts: object, channels: list[str], differencing: object) -> list[str]:
+    """What is wrong with a card's ``counts``: ``{channel of the card: c}`` with finite ``c > 0``, undifferenced."""
+    if not isinstance(counts, dict):
+        return [f"counts must be an object of channel -> typical level, got {type(counts).__name__}"]
+    problems = [f"counts.{name} names no channel of the card ({channels})" for name in counts if name not in channels]
+    problems += [f"counts.{name} must be a finite number > 0, got {c!r}" for name, c in counts.items()
+                 if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c < math.inf]  # fmt: skip
+    if counts and differencing != 0:
+        problems.append("counts apply to undifferenced readings only (differencing 0)")
+    return problems
 
 
 def _range_problems(ranges: object, channels: list[str]) -> list[str]:

@@ -64,6 +64,10 @@ class Normalisation:
         """Normalise ``[..., C]`` values (NaN stays NaN)."""
         return ((np.asarray(x, dtype=np.float32) - self.mean) / self.std).astype(np.float32)
 
+    def invert(self, x: np.ndarray) -> np.ndarray:
+        """Normalised ``[..., C]`` values back in the readings' units (float64)."""
+        return np.asarray(x, dtype=np.float64) * self.std + self.mean
+
     def to_dict(self) -> dict:
         """JSON form for the model card."""
         return {"mean": [float(v) for v in self.mean], "std": [float(v) for v in self.std]}
@@ -85,6 +89,55 @@ def fit_normalisation(x: np.ndarray) -> Normalisation:
     std = np.nanstd(flat, axis=0)
     std = np.where(std > 1e-8, std, 1.0)
     return Normalisation(mean.astype(np.float32), std.astype(np.float32))
+
+
+COUNT_TAIL = 4.0
+"""A count or burst channel's 99th percentile lies at least this many times as far above its median as its 1st
+percentile lies below (docs/detection.md, "The count-feeds round": 3 also bent a UCR series and lost it)."""
+COUNT_SPAN = 2.0
+"""A count or burst channel's 99th percentile is also at least this many times its median: its bursts are multiples
+of its usual level. A signal far from 0 with peaks (UCR 135: 1.55 times, tails 3.8 to 1) has a long upper tail too,
+but judged by ratios to its level its peaks would only be blunted."""
+COUNT_MIN_READINGS = 100
+"""Fewer normal readings of a channel decide nothing: their 99th percentile is their largest value."""
+
+
+def count_levels(values: np.ndarray, channels: list[str]) -> dict[str, float]:
+    """The card's ``counts`` from normal readings ``[..., C]`` in their own units: each channel that looks like a count
+    or burst feed (none below 0, its upper tail ``COUNT_TAIL`` times its lower and reaching ``COUNT_SPAN`` times its
+    median) with its typical level, the median (of its readings above 0 where the median is 0).
+
+    Such a channel's bursts of an ordinary size lie many robust scales above its median, so ``deviation`` on the raw
+    values raised false alarms on every busy hour; on ``asinh(x / c)`` (``count_scale``) the scale is logarithmic above
+    ``c`` and linear below, so a burst is judged by its ratio to the usual level and a drop to zero still stands out.
+    """
+    flat = np.asarray(values, dtype=np.float64).reshape(-1, len(channels))
+    levels = {}
+    for k, name in enumerate(channels):
+        x = flat[np.isfinite(flat[:, k]), k]
+        if len(x) < COUNT_MIN_READINGS:
+            continue
+        # Readings read back from normalised float32 carry rounding: a true zero may come back as −1e-7 of the level.
+        tiny = 1e-5 * float(np.abs(x).max())
+        q01, q50, q99 = np.percentile(x, [1, 50, 99])
+        if x.min() < -tiny or not q99 - q50 > COUNT_TAIL * max(q50 - q01, tiny) or not q99 >= COUNT_SPAN * q50:
+            continue
+        levels[name] = float(q50 if q50 > tiny else np.median(x[x > tiny]))
+    return levels
+
+
+def count_scale(card: ModelCard, windows: np.ndarray) -> np.ndarray:
+    """Prepared windows ``[n, W, C]`` of ``card``'s model with each of its ``counts`` channels as ``asinh(x / c)`` of
+    the readings (``count_levels``), the input of ``detector.window_deviation``; unchanged without ``counts``. A
+    channel-independent model's one channel stands for the lane's."""
+    if not card.counts:
+        return windows
+    norm = Normalisation.from_dict(card.normalisation)
+    out = np.array(windows, dtype=np.float64)
+    for k, name in enumerate(card.channels):
+        if name in card.counts:
+            out[..., k] = np.arcsinh((out[..., k] * float(norm.std[k]) + float(norm.mean[k])) / card.counts[name])
+    return out
 
 
 def robust_location_scale(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -96,8 +96,10 @@ class WindowConfig:
 
 
 def input_contract(card: ModelCard) -> dict[str, Any]:
-    """What a model's windows depend on: channels, window length, differencing, normalisation and scaling."""
-    return {
+    """What a model's windows depend on: channels, window length, differencing, normalisation and scaling; and what
+    the ``deviation`` statistics a swap keeps depend on, the card's ``counts`` (only when it has some, so a contract
+    saved before cards had them still matches)."""
+    contract = {
         "channels": list(card.channels),
         "window": card.window,
         "differencing": card.differencing,
@@ -106,11 +108,14 @@ def input_contract(card: ModelCard) -> dict[str, Any]:
         "scaling": card.scaling,
         "channel_mode": card.channel_mode,
     }
+    if card.counts:
+        contract["counts"] = dict(card.counts)
+    return contract
 
 
 def contract_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """Names of the ``input_contract`` fields that differ between two models."""
-    keys = ("channels", "window", "differencing", "forward_fill", "normalisation", "scaling", "channel_mode")
+    keys = ("channels", "window", "differencing", "forward_fill", "normalisation", "scaling", "channel_mode", "counts")
     return [key for key in keys if old.get(key) != new.get(key)]
 
 
