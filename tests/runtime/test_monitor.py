@@ -634,3 +634,8 @@ def test_swapping_in_a_model_with_other_count_channels_restarts_the_deviation_st
     with caplog.at_level(logging.WARNING, logger="trep_edge.runtime.core.monitor"):
         monitor.swap_engine(with_card(univariate_engine, counts={"value": 1.0}))
     assert "counts" in caplog.text and "reset the windows" in caplog.text and monitor.streams == {"a": "warming"}
+    run(monitor, [value("a", t, np.sin(t)) for t in range(80, 160)])
+    assert monitor.streams == {"a": "active"}
+    # A retrain that moves the level of the same count channel keeps the stream warm.
+    monitor.swap_engine(with_card(univariate_engine, counts={"value": 1.2}))
+    assert monitor.streams == {"a": "active"} and monitor.counters["model_swaps"] == 2

@@ -132,11 +132,11 @@ def count_scale(card: ModelCard, windows: np.ndarray) -> np.ndarray:
     channel-independent model's one channel stands for the lane's."""
     if not card.counts:
         return windows
-    norm = Normalisation.from_dict(card.normalisation)
     out = np.array(windows, dtype=np.float64)
+    readings = Normalisation.from_dict(card.normalisation).invert(out)
     for k, name in enumerate(card.channels):
         if name in card.counts:
-            out[..., k] = np.arcsinh((out[..., k] * float(norm.std[k]) + float(norm.mean[k])) / card.counts[name])
+            out[..., k] = np.arcsinh(readings[..., k] / card.counts[name])
     return out
 
 

@@ -97,8 +97,9 @@ class WindowConfig:
 
 def input_contract(card: ModelCard) -> dict[str, Any]:
     """What a model's windows depend on: channels, window length, differencing, normalisation and scaling; and what
-    the ``deviation`` statistics a swap keeps depend on, the card's ``counts`` (only when it has some, so a contract
-    saved before cards had them still matches)."""
+    the ``deviation`` statistics a swap keeps depend on, which channels the card's ``counts`` bend (only when it has
+    some, so a contract saved before cards had them still matches). Their levels may move with a retrain: far above
+    its level ``asinh(x / c)`` only shifts when ``c`` does, which ``deviation``'s robust location absorbs."""
     contract = {
         "channels": list(card.channels),
         "window": card.window,
@@ -109,7 +110,7 @@ def input_contract(card: ModelCard) -> dict[str, Any]:
         "channel_mode": card.channel_mode,
     }
     if card.counts:
-        contract["counts"] = dict(card.counts)
+        contract["counts"] = sorted(card.counts)
     return contract
 
 
