@@ -18,12 +18,12 @@ UCR_135 = "UCR_Anomaly/135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
 
 
 def _export_tiny(x: np.ndarray, channels: list[str], out: Path, window: int, iterations: int, **config) -> Path:
-    from trep_edge.runtime.core.preprocess import fit_normalisation
+    from trep_edge.runtime.core.preprocess import count_levels, fit_normalisation
     from trep_edge.training.config import TrainConfig
     from trep_edge.training.export import build_card, export_encoder
     from trep_edge.training.trainer import Trainer
 
-    norm = fit_normalisation(x)
+    norm = fit_normalisation(x, count_levels(x))  # as training data is read (training.data)
     prepared = norm.apply(x)
     meta = {"dataset": out.stem, "channels": channels, "normalisation": norm.to_dict(), "differencing": 0}
     trainer = Trainer(TrainConfig(**{**TINY, "seed": 0, **config}), input_dims=len(channels), meta=meta)

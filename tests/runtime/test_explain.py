@@ -126,7 +126,7 @@ def test_trep_edge_score_writes_the_explanation_of_each_raised_episode_and_none_
     assert score_recording(icu_engine, series, AlertConfig(explain=False)).explanations == {}
 
 
-def test_expected_values_undo_differencing_and_normalisation():
+def test_expected_values_undo_differencing_and_normalisation_and_a_count_channels_bend():
     rng = np.random.default_rng(4)
     raw = np.cumsum(rng.normal(size=(40, 2)), axis=0) + [100.0, -5.0]
     norm = Normalisation(np.array([0.1, -0.2], dtype=np.float32), np.array([2.0, 0.5], dtype=np.float32))
@@ -134,11 +134,19 @@ def test_expected_values_undo_differencing_and_normalisation():
     def prepared(series):
         return norm.apply(difference(series.astype(np.float32), 1))[None]
 
-    expected = expected_values(prepared(raw), raw[-1:], norm.std)
+    expected = expected_values(prepared(raw), raw[-1:], norm)
     fixed = raw.copy()
     fixed[-1] = expected[0]
     # The expected raw value puts the last prepared value at the centre of the earlier ones.
     np.testing.assert_allclose(prepared(fixed)[0, -1], window_centre(prepared(raw))[0], atol=1e-4)
+    counted = Normalisation(np.float32([1.0, 0.0]), np.float32([0.5, 1.0]), np.float32([20.0, 0.0]))
+    feed = np.stack([rng.poisson(20, 40), rng.normal(0, 1, 40)], axis=1).astype(np.float32)
+    feed[-1] = [200.0, 4.0]
+    expected = expected_values(counted.apply(feed)[None], feed[-1:], counted)
+    fixed = feed.copy()
+    fixed[-1] = expected[0]
+    np.testing.assert_allclose(counted.apply(fixed)[-1], window_centre(counted.apply(feed)[None])[0], atol=1e-4)
+    assert 10 < expected[0, 0] < 30  # in the feed's units, near its level
 
 
 def test_shares_sum_to_one_and_top_names_the_channels_past_the_threshold():

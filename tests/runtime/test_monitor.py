@@ -600,42 +600,43 @@ def test_a_stream_scaled_model_judges_deviation_on_the_readings_before_the_scali
     assert np.isin(last, readings).all() and last.max() == readings.max()  # the readings themselves, spike unclipped
 
 
-# count channels (card ``counts``)
+# count channels (card ``normalisation.counts``)
 
 
-def test_a_count_channels_deviation_reads_its_count_scale_and_still_sees_a_drop_to_zero(univariate_engine,
-                                                                                        monkeypatch):
+def test_a_count_channel_reaches_model_and_deviation_bent_and_a_drop_to_zero_stands_out_more(univariate_engine,
+                                                                                             monkeypatch):
     import trep_edge.runtime.core.monitor as monitor_module
 
     rng = np.random.default_rng(3)
     x = rng.poisson(20 * np.where(rng.random(900) < 0.03, 6, 1)).astype(np.float64)
     x[800:840] = 0.0  # the feed stops
+    bent = np.arcsinh(x / 20.0)
     plain = with_card(univariate_engine, normalisation={"mean": [float(x.mean())], "std": [float(x.std())]})
-    counted = with_card(plain, counts={"value": 20.0})
+    counted = with_card(univariate_engine, normalisation={"mean": [float(bent.mean())], "std": [float(bent.std())],
+                                                          "counts": [20.0]})  # fmt: skip
     real, seen, stop = monitor_module.window_deviation, {}, {}
-    for engine in (plain, counted):
-        level = engine.card.counts.get("value", 0.0)
-        calls = seen[level] = []
+    for name, engine in (("plain", plain), ("counted", counted)):
+        calls = seen[name] = []
         monkeypatch.setattr(monitor_module, "window_deviation",
                             lambda windows, span=0: calls.append(windows) or real(windows, span))
-        # Only the deviation signal, the one the card's counts change.
+        # Only the deviation signal: the graph is not trained on either input.
         scored, _ = run(Monitor(engine, detector=DetectorConfig(signals=("deviation",))), series_readings(x), 100)
-        stop[level] = max(s.surprise for s in scored[800:845])
+        stop[name] = max(s.surprise for s in scored[800:845])
     # Linear below the level, while the bursts above it no longer widen the scale: the stop stands out more.
-    assert stop[20.0] > stop[0.0] + 0.25
-    windows = np.concatenate(seen[0.0])
-    np.testing.assert_allclose(np.concatenate(seen[20.0]), np.arcsinh((windows * x.std() + x.mean()) / 20.0),
-                               rtol=1e-5, atol=1e-5)  # fmt: skip
+    assert stop["counted"] > stop["plain"] + 0.25
+    windows = np.concatenate(seen["plain"]) * x.std() + x.mean()  # the readings
+    np.testing.assert_allclose(np.concatenate(seen["counted"]), (np.arcsinh(windows / 20.0) - bent.mean()) / bent.std(),
+                               rtol=1e-4, atol=1e-4)  # fmt: skip
 
 
-def test_swapping_in_a_model_with_other_count_channels_restarts_the_deviation_statistics(univariate_engine, caplog):
+def test_swapping_in_a_model_that_bends_a_count_channel_restarts_the_windows(univariate_engine, caplog):
     monitor = Monitor(univariate_engine, detector=cold(3))
     run(monitor, [value("a", t, np.sin(t)) for t in range(80)])
+    counted = with_card(univariate_engine, normalisation={**univariate_engine.card.normalisation, "counts": [1.0]})
     with caplog.at_level(logging.WARNING, logger="trep_edge.runtime.core.monitor"):
-        monitor.swap_engine(with_card(univariate_engine, counts={"value": 1.0}))
-    assert "counts" in caplog.text and "reset the windows" in caplog.text and monitor.streams == {"a": "warming"}
+        monitor.swap_engine(counted)
+    assert "normalisation" in caplog.text and "reset the windows" in caplog.text and monitor.streams == {"a": "warming"}
     run(monitor, [value("a", t, np.sin(t)) for t in range(80, 160)])
     assert monitor.streams == {"a": "active"}
-    # A retrain that moves the level of the same count channel keeps the stream warm.
-    monitor.swap_engine(with_card(univariate_engine, counts={"value": 1.2}))
+    monitor.swap_engine(with_card(counted))  # the same input contract keeps the stream warm
     assert monitor.streams == {"a": "active"} and monitor.counters["model_swaps"] == 2

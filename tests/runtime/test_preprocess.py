@@ -1,4 +1,6 @@
 """Preprocessing shared by training, offline scoring and the daemon."""
+import json
+
 import numpy as np
 import pytest
 
@@ -8,10 +10,10 @@ from trep_edge.runtime.core.preprocess import (
     Normalisation,
     StreamScaler,
     count_levels,
-    count_scale,
     difference,
     fit_normalisation,
     forward_fill,
+    plausible_bounds,
     robust_location_scale,
     scale_windows,
 )
@@ -153,29 +155,37 @@ def count_feeds(n: int = 2000, seed: int = 0) -> np.ndarray:
 
 
 def test_count_levels_finds_count_and_burst_channels_with_their_typical_level():
-    x = count_feeds()
-    levels = count_levels(x, ["requests", "events", "level", "signed", "peaks"])
-    assert set(levels) == {"requests", "events"}  # the peaks' upper tail is long, but they are not multiples of 60
-    assert levels["requests"] == np.median(x[:, 0])
-    assert levels["events"] == np.median(x[x[:, 1] > 0, 1]) > 0  # median 0: the level of its non-zero readings
-    # Read back from the float32 normalisation a model's calibration data goes through, zeros come back as ±1e-7 of
-    # the level: still none below 0.
+    x = count_feeds()  # requests, events, level, signed, peaks
+    levels = count_levels(x)
+    assert levels.tolist()[2:] == [0, 0, 0]  # the peaks' upper tail is long, but they are not multiples of 60
+    assert levels[0] == np.float32(np.median(x[:, 0]))
+    assert levels[1] == np.float32(np.median(x[x[:, 1] > 0, 1])) > 0  # median 0: the level of its non-zero readings
+    # Through float32 rounding (here a normalisation and back) zeros come back as ±1e-7 of the level: still none
+    # below 0.
     norm = Normalisation(np.float32([20, 0.4, 50, 0, 61]), np.float32([9, 1.1, 2, 1, 7]))
     back = norm.invert(norm.apply(x))
-    names = ["r", "e", "l", "s", "p"]
-    assert back[:, :2].min() < 0 and set(count_levels(back, names)) == {"r", "e"}
-    assert count_levels(x[: COUNT_MIN_READINGS - 1], names) == {}  # too few readings decide nothing
+    assert back[:, :2].min() < 0 and (count_levels(back) > 0).tolist() == [True, True, False, False, False]
+    assert not count_levels(x[: COUNT_MIN_READINGS - 1]).any()  # too few readings decide nothing
 
 
-def test_count_scale_bends_only_the_cards_count_channels_on_the_readings_scale():
-    card = ModelCard("m", ["requests", "level"], {"mean": [20.0, 50.0], "std": [10.0, 2.0]}, 0, "relative",
-                     "time2vec", 8, 4, 2)  # fmt: skip
-    windows = np.random.default_rng(1).normal(size=(3, 8, 2)).astype(np.float32)
-    assert count_scale(card, windows) is windows  # no counts: the windows themselves
-    card.counts = {"requests": 5.0}
-    bent = count_scale(card, windows)
-    np.testing.assert_allclose(bent[..., 0], np.arcsinh((windows[..., 0] * 10.0 + 20.0) / 5.0), rtol=1e-6)
-    np.testing.assert_array_equal(bent[..., 1], windows[..., 1])
+def test_a_count_channel_reaches_the_model_as_asinh_of_its_ratio_to_its_level_and_reads_back_exactly():
+    x = count_feeds()[:, :3]  # requests, events, level
+    counts = count_levels(x)
+    norm = fit_normalisation(x[None], counts)
+    bent = np.arcsinh(x[:, :2] / counts[:2])
+    np.testing.assert_allclose(norm.mean[:2], bent.mean(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(norm.apply(x)[:, :2], (bent - norm.mean[:2]) / norm.std[:2], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(norm.apply(x)[:, 2], (x[:, 2] - norm.mean[2]) / norm.std[2], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(norm.invert(norm.apply(x)), x, rtol=1e-4, atol=1e-4)
+    # The card's form: counts kept through JSON; a normalisation that bends nothing keeps the older text.
+    again = Normalisation.from_dict(json.loads(json.dumps(norm.to_dict())))
+    np.testing.assert_array_equal(again.counts, counts)
+    assert set(fit_normalisation(x[None], np.zeros(3)).to_dict()) == {"mean", "std"}
+    assert Normalisation.from_dict({"mean": [0.0], "std": [1.0], "counts": [0.0]}).counts is None
+    # Plausible readings of a count channel are bounded in its own units, on its bent scale.
+    card = ModelCard("m", ["r", "e", "l"], norm.to_dict(), 0, "relative", "time2vec", 8, 4, 3)
+    low, high = plausible_bounds(card)
+    assert low[0] == -1e30 and high[0] == 1e30 and high[2] < 1e30  # sinh of a million scales overflows: no bound
     # Logarithmic well above the level: 8 times a rate of 5 c is as far from it as 8 times 10 c from 10 c; linear
     # below it, so a drop to 0 from c is as far as from 0 to c.
     bend = np.arcsinh(np.float64([5, 40, 10, 80, 0, 1]))

@@ -9,6 +9,7 @@ import pytest
 from trep_edge.runtime.core.engine import choose_providers, load_engine
 from trep_edge.runtime.core.model_card import ModelCard, ModelCardError, sidecar_path
 from trep_edge.runtime.core.model_file import METADATA_KEY
+from trep_edge.runtime.core.preprocess import Normalisation
 
 
 def test_graph_has_the_contract_and_a_current_opset(univariate_model):
@@ -134,28 +135,40 @@ def test_card_ranges_name_card_channels_with_finite_bounds(ranges, problem):
         card.validate()
 
 
-@pytest.mark.parametrize("counts, problem", [({"b": 3.0}, "counts.b names no channel"), ({"a": 0}, "finite number > 0"),
-                                             ({"a": float("nan")}, "finite number > 0"), ({"a": True}, "finite number"),
-                                             (["a"], "an object of channel")])  # fmt: skip
-def test_card_counts_name_card_channels_with_a_positive_level_of_undifferenced_readings(counts, problem):
+@pytest.mark.parametrize("counts, problem", [([3.0, 1.0], "must list 1 finite numbers >= 0"),
+                                             ([-1.0], "finite numbers >= 0"), ([float("nan")], "finite numbers"),
+                                             ([True], "finite numbers"), ({"a": 1.0}, "must list 1")])  # fmt: skip
+def test_card_normalisation_counts_list_a_level_per_channel_of_undifferenced_readings(counts, problem):
     card = ModelCard("m", ["a"], {"mean": [0], "std": [1]}, 0, "relative", "time2vec", 10, 8, 1)
-    assert "counts" not in card.to_json()  # absent at its default: older cards keep their text
-    card.counts = {"a": 12.5}
-    assert ModelCard.from_json(card.to_json()).counts == {"a": 12.5}
+    assert "counts" not in card.to_json()  # absent: older cards keep their text
+    card.normalisation["counts"] = [12.5]
+    assert ModelCard.from_json(card.to_json()).normalisation["counts"] == [12.5]
     card.differencing = 1
     with pytest.raises(ModelCardError, match="undifferenced readings only"):
         card.validate()
-    card.differencing, card.counts = 0, counts
+    card.differencing, card.normalisation["counts"] = 0, counts
     with pytest.raises(ModelCardError, match=problem):
         card.validate()
 
 
-def test_export_finds_the_count_channels_of_its_calibration_data(export_tiny, tmp_path):
+def test_training_data_bends_its_count_channels_and_the_exported_card_carries_them(export_tiny, tmp_path):
+    from trep_edge.training.data import load_training_data
+
     rng = np.random.default_rng(0)
     requests = rng.poisson(20 * np.where(rng.random((2, 400)) < 0.03, 8, 1))
     x = np.stack([requests, rng.normal(50, 2, (2, 400))], axis=-1).astype(np.float32)
+    np.save(tmp_path / "feed.npy", x)
+    data = load_training_data(str(tmp_path / "feed.npy"))
+    level = float(np.median(requests))
+    np.testing.assert_allclose(data.normalisation.counts, [level, 0.0])
+    np.testing.assert_allclose(np.nanmean(data.x, axis=(0, 1)), 0.0, atol=1e-5)  # standardised on the bent scale
+    norm = data.normalisation
+    np.testing.assert_allclose(data.x[..., 0], (np.arcsinh(requests / level) - norm.mean[0]) / norm.std[0], atol=1e-4)
+    assert load_training_data(str(tmp_path / "feed.npy"), differencing=1).normalisation.counts is None
+    given = Normalisation(np.float32([20, 50]), np.float32([5, 2]))  # fine-tuning keeps the base model's input
+    assert load_training_data(str(tmp_path / "feed.npy"), normalisation=given).normalisation is given
     engine = load_engine(export_tiny(x, ["requests", "level"], tmp_path / "m.onnx", window=32, iterations=2), "cpu")
-    assert engine.card.counts == {"requests": pytest.approx(float(np.median(requests)), abs=1e-3)}
+    assert engine.card.normalisation["counts"] == [pytest.approx(level), 0.0]
 
 
 LOINC_HR = {"system": "http://loinc.org", "code": "8867-4", "display": "Heart rate", "unit": "/min"}

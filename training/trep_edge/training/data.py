@@ -16,7 +16,7 @@ from trep_edge.datasets.physionet import VITALS, iter_patients
 from trep_edge.datasets.table import column_positions
 from trep_edge.datasets.ts_format import load_ts
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
-from trep_edge.runtime.core.preprocess import Normalisation, difference, fit_normalisation, forward_fill
+from trep_edge.runtime.core.preprocess import Normalisation, count_levels, difference, fit_normalisation, forward_fill
 
 FORMATS = (".csv (ETT-style), .ts (UEA/UCR), .txt (UCR anomaly), .npy, .tar.gz (PhysioNet 2019 .psv), "
            "a telemetry archive folder (docs/retraining.md)")
@@ -91,8 +91,9 @@ def load_training_data(
     (the runtime does the same, from the model card). UCR anomaly files train on their normal prefix only; UEA/UCR ``.ts`` files bring their TEST split (when
     present) normalised with the training statistics; PhysioNet archives yield one series per patient; a telemetry
     archive folder one series per stream (and per gap), without the time ranges of the alert messages in
-    ``exclude_alerts`` (a JSONL file or an archive folder). ``normalisation`` reuses given statistics (fine-tuning
-    keeps the previous model's, so its input contract, and the daemon's windows, survive the swap).
+    ``exclude_alerts`` (a JSONL file or an archive folder). The normalisation bends count and burst channels of
+    undifferenced data (``preprocess.Normalisation``); ``normalisation`` reuses given statistics (fine-tuning keeps
+    the previous model's, so its input contract, and the daemon's windows, survive the swap).
     """
     path = resolve(spec, data_root)
     name = path.name
@@ -139,7 +140,8 @@ def load_training_data(
             test_x = np.stack([_fill_observed(s, fill_limit) for s in test_x])
     order = adf_order(x) if differencing == "auto" else int(differencing)
     x = difference(x, order)
-    norm = normalisation or fit_normalisation(x)
+    # A count or burst channel of undifferenced data reaches the model as asinh(x / c) (preprocess.count_levels).
+    norm = normalisation or fit_normalisation(x, count_levels(x) if order == 0 else None)
     if test_x is not None:
         longest = max(x.shape[1], test_x.shape[1])
         x, test_x = _pad_to(x, longest), norm.apply(difference(_pad_to(test_x, longest), order))

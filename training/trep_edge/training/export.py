@@ -24,7 +24,6 @@ from trep_edge.runtime.core.engine import Engine, last_step_pair, load_engine
 from trep_edge.runtime.core.model_card import ModelCard, Scoring, sidecar_path
 from trep_edge.runtime.core.model_file import metadata, pack, share_weights, unpack
 from trep_edge.runtime.core.offline import detector_prior, raw_scores
-from trep_edge.runtime.core.preprocess import Normalisation, count_levels
 from trep_edge.runtime.core.scoring import Calibration, adjust_scores, calibrate
 from trep_edge.runtime.core.time_index import parse_time_index, time_index
 
@@ -273,6 +272,10 @@ def make_general(encoder: TRepEncoder, card: ModelCard) -> None:
     if encoder.cfg.input_dims != 1:
         raise ValueError(f"--general needs a univariate model (input_dims 1), this one has {encoder.cfg.input_dims} "
                          "channels: train it on single-channel series (e.g. the general corpus, docs/training.md)")
+    if card.normalisation.get("counts"):
+        # A count level is one stream's unit; a general model meets every scale through its per-stream scaling.
+        raise ValueError("--general needs a model trained on scaled series, but its training data was read as a count "
+                         "feed (normalisation.counts): train it on the general corpus (docs/training.md)")
     fold_normalisation(encoder, float(card.normalisation["mean"][0]), float(card.normalisation["std"][0]))
     card.channels = ["value"]
     card.normalisation = {"mean": [0.0], "std": [1.0]}
@@ -313,14 +316,9 @@ def export_encoder(
     """Export, write the card, calibrate on normal series with the runtime's scoring, and reload the result.
 
     ``graph_names``: the extra graphs to embed (``build_graphs``; default all that apply). ``with_prior``: write the
-    card's ``detector_prior`` from the calibration series (off for a general model, see ``training.commands``). A
-    card-normalised, undifferenced model's ``counts`` are read off the same series (``preprocess.count_levels``).
+    card's ``detector_prior`` from the calibration series (off for a general model, see ``training.commands``).
     """
     out.parent.mkdir(parents=True, exist_ok=True)
-    if calibration_series and card.scaling == "card" and card.differencing == 0:
-        # Before the prior: the prior's deviation statistics are those of the count scale the runtime will use.
-        norm = Normalisation.from_dict(card.normalisation)
-        card.counts = count_levels(np.concatenate([norm.invert(s) for s in calibration_series]), card.channels)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         staged = Path(tmp) / out.name
         export_graph(encoder, staged)

@@ -104,15 +104,20 @@ def window_centre(windows: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(earlier).all(axis=1), np.nan, loc).reshape(n, c)
 
 
-def expected_values(prepared: np.ndarray, seen: np.ndarray, scale: np.ndarray) -> np.ndarray:
+def expected_values(prepared: np.ndarray, seen: np.ndarray, norm: Normalisation) -> np.ndarray:
     """The raw value of each channel that would have put its prepared last step at the window's centre.
 
-    ``prepared [n, W, C]`` (the card's differencing and normalisation), ``seen [n, C]`` raw, ``scale [C]`` the
-    card's normalisation std. A change of the last raw value moves the last prepared value by the same amount over
-    ``scale``, whatever the differencing order, so ``expected = seen − (last − centre) · scale``.
+    ``prepared [n, W, C]`` (the card's differencing and normalisation ``norm``), ``seen [n, C]`` raw. A change of the
+    last raw value moves the last prepared value by the same amount over the normalisation's std, whatever the
+    differencing order, so ``expected = seen − (last − centre) · std``; a count channel (undifferenced, bent) expects
+    the centre read back through the normalisation.
     """
     last = np.asarray(prepared[:, -1], dtype=np.float64)
-    return np.asarray(seen, dtype=np.float64) - (last - window_centre(prepared)) * np.asarray(scale, np.float64)
+    centre = window_centre(prepared)
+    expected = np.asarray(seen, dtype=np.float64) - (last - centre) * np.asarray(norm.std, np.float64)
+    if norm.counts is None:
+        return expected
+    return np.where(norm.counts > 0, norm.invert(centre), expected)
 
 
 def single_surprise(detector: Detector, lanes: np.ndarray, signals: np.ndarray) -> np.ndarray:
@@ -160,10 +165,10 @@ def explain_readings(
         deviation = np.concatenate([s.deviation for s in subjects])
         surprise = list(occlusion_surprise(engine, detector, lanes, windows, np.array([s.start for s in subjects]),
                                            deviation))  # fmt: skip
-    scale = Normalisation.from_dict(engine.card.normalisation).std
     # Every subject's lanes at once: the robust centre costs mostly per call, not per row.
     seen = np.concatenate([np.reshape(s.seen, (len(s.lanes), -1)) for s in subjects])
-    expected = expected_values(np.concatenate([s.prepared for s in subjects]), seen, scale)
+    expected = expected_values(np.concatenate([s.prepared for s in subjects]), seen,
+                               Normalisation.from_dict(engine.card.normalisation))
     ends = np.cumsum([len(s.lanes) for s in subjects])[:-1]
     return [explanation(s.channels, channel_surprise, e.ravel(), np.asarray(s.seen, np.float64), threshold)
             for s, channel_surprise, e in zip(subjects, surprise, np.split(expected, ends))]  # fmt: skip

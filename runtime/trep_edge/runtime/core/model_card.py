@@ -68,23 +68,20 @@ class ModelCard:
     channel_codes: dict = field(default_factory=dict)
     """What each channel measures in a standard terminology, ``{channel: {"system", "code", "display", "unit"}}``
     (e.g. LOINC, with a UCUM unit): the FHIR output's codes (runtime/trep_edge/runtime/service/fhir.py). Channels left out are named only."""
-    counts: dict = field(default_factory=dict)
-    """Channels whose normal readings are a count or burst feed, each with its typical level, ``{channel: c}``: the
-    detector's ``deviation`` judges them on ``asinh(x / c)`` (``preprocess.count_levels``, ``count_scale``)."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
         """Canonical JSON text (sorted keys), identical in the ONNX metadata and the sidecar file.
 
-        ``graphs``, ``scaling``, ``channel_mode``, ``detector_prior``, ``ranges``, ``period``, ``channel_codes`` and
-        ``counts`` are left out at their defaults, so a card without them keeps the text (and the sha256-compared
+        ``graphs``, ``scaling``, ``channel_mode``, ``detector_prior``, ``ranges``, ``period`` and ``channel_codes`` are
+        left out at their defaults, so a card without them keeps the text (and the sha256-compared
         identity) older runtimes wrote.
         """
         data = asdict(self)
         if not self.graphs:
             del data["graphs"]
         for key, default in (("scaling", "card"), ("channel_mode", "fixed"), ("detector_prior", {}), ("ranges", {}),
-                             ("period", 0.0), ("channel_codes", {}), ("counts", {})):
+                             ("period", 0.0), ("channel_codes", {})):
             if data[key] == default:
                 del data[key]
         return json.dumps(data, sort_keys=True, indent=2)
@@ -164,7 +161,7 @@ class ModelCard:
         problems += _prior_problems(self.detector_prior)
         problems += _range_problems(self.ranges, self.channels)
         problems += _code_problems(self.channel_codes, self.channels)
-        problems += _count_problems(self.counts, self.channels, self.differencing)
+        problems += _count_problems(norm.get("counts"), self.input_dims, self.differencing)
         if isinstance(self.period, bool) or not isinstance(self.period, (int, float)) or not 0 <= self.period < math.inf:
             problems.append(f"period must be a number of seconds >= 0 (0 = any), got {self.period!r}")
         problems += _graph_problems(self.graphs)
@@ -184,16 +181,17 @@ def _prior_problems(prior: object) -> list[str]:
     return []
 
 
-def _count_problems(counts: object, channels: list[str], differencing: object) -> list[str]:
-    """What is wrong with a card's ``counts``: ``{channel of the card: c}`` with finite ``c > 0``, undifferenced."""
-    if not isinstance(counts, dict):
-        return [f"counts must be an object of channel -> typical level, got {type(counts).__name__}"]
-    problems = [f"counts.{name} names no channel of the card ({channels})" for name in counts if name not in channels]
-    problems += [f"counts.{name} must be a finite number > 0, got {c!r}" for name, c in counts.items()
-                 if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c < math.inf]  # fmt: skip
-    if counts and differencing != 0:
-        problems.append("counts apply to undifferenced readings only (differencing 0)")
-    return problems
+def _count_problems(counts: object, dims: int, differencing: object) -> list[str]:
+    """What is wrong with a card's ``normalisation.counts`` (``preprocess.Normalisation``): absent, or one finite
+    number ≥ 0 per channel (0: not bent), and none above 0 on a differenced model."""
+    if counts is None:
+        return []
+    if not isinstance(counts, list) or len(counts) != dims or any(
+            isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c < math.inf for c in counts):
+        return [f"normalisation.counts must list {dims} finite numbers >= 0 (0: not a count channel), got {counts!r}"]
+    if differencing != 0 and any(c > 0 for c in counts):
+        return ["normalisation.counts apply to undifferenced readings only (differencing 0)"]
+    return []
 
 
 def _range_problems(ranges: object, channels: list[str]) -> list[str]:

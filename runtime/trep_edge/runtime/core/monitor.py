@@ -77,7 +77,7 @@ from trep_edge.runtime.core.detector import (
 from trep_edge.runtime.core.engine import Engine, Scorer
 from trep_edge.runtime.core.explain import Explanation, Subject, explain_readings
 from trep_edge.runtime.core.reading import Reading
-from trep_edge.runtime.core.preprocess import StreamScaler, count_scale, plausible_bounds, scale_windows
+from trep_edge.runtime.core.preprocess import StreamScaler, plausible_bounds, scale_windows
 from trep_edge.runtime.core.scoring import raw_score
 from trep_edge.runtime.core.sharding import LANE_SEPARATOR
 from trep_edge.runtime.core.stream_state import Rows, StreamState, declare, declare_holder
@@ -445,8 +445,7 @@ class Monitor:
             inputs = self._scaled_windows(batch, rounds, np.flatnonzero(batch.complete))
             # Both before the stream scaling, which clips and moves the level: a level far beyond what the scale has
             # learnt would repeat the clip, and a constant window's scale floor (1 % of its level) would follow it.
-            deviation[batch.complete] = window_deviation(count_scale(self.engine.card, batch.windows),
-                                                         self.detector_config.deviation_window)
+            deviation[batch.complete] = window_deviation(batch.windows, self.detector_config.deviation_window)
             repeat[batch.complete] = window_repeats(batch.windows)
         out = self._scorer.score(batch, rounds, inputs)
         raw = np.where(batch.complete, raw_score(out.z_unmasked, out.z_masked), np.nan)

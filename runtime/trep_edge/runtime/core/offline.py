@@ -25,8 +25,8 @@ from trep_edge.runtime.core.detector import Detector, DetectorConfig, window_dev
 from trep_edge.runtime.core.engine import Engine
 from trep_edge.runtime.core.explain import Explanation
 from trep_edge.runtime.core.monitor import Monitor
-from trep_edge.runtime.core.preprocess import (StreamScaler, count_scale, implausible, plausible_bounds,
-                                               robust_location_scale, scale_windows)
+from trep_edge.runtime.core.preprocess import (StreamScaler, implausible, plausible_bounds, robust_location_scale,
+                                               scale_windows)
 from trep_edge.runtime.core.reading import Reading
 from trep_edge.runtime.core.scoring import raw_score
 from trep_edge.runtime.core.windows import WindowConfig, WindowStore
@@ -192,8 +192,7 @@ def _lane_signals(engine: Engine, lanes: list[np.ndarray], config: DetectorConfi
         distance[:, k] = np.where(np.isnan(prepared).any(axis=1), np.nan, raw_score(zu, zm))
         z[:, k] = zu
         for lo in range(0, t, batch):  # deviation reads the readings before any stream scaling, as the monitor does
-            deviation[lo : lo + batch, k] = window_deviation(count_scale(engine.card, readings[lo : lo + batch]),
-                                                             config.deviation_window)
+            deviation[lo : lo + batch, k] = window_deviation(readings[lo : lo + batch], config.deviation_window)
     detector = Detector(config, engine.card.repr_dims, engine.card.detector_prior, channels)
     detector.add(1, n)
     one, rows, lane_of = np.zeros(1, dtype=np.int64), np.arange(n), np.zeros(n, dtype=np.int64)

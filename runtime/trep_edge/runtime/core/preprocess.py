@@ -53,34 +53,63 @@ def forward_fill(
     return np.where(fill, carried, values), carried, carried_age
 
 
+def bend(x: np.ndarray, counts: np.ndarray | None) -> np.ndarray:
+    """``[..., C]`` values with each count channel (``counts[k] = c > 0``, ``count_levels``) as ``asinh(x / c)``, the
+    others unchanged (float32)."""
+    x = np.asarray(x, dtype=np.float32)
+    if counts is None:
+        return x
+    c = np.asarray(counts, dtype=np.float32)
+    return np.where(c > 0, np.arcsinh(x / np.where(c > 0, c, 1.0)), x).astype(np.float32)
+
+
 @dataclass
 class Normalisation:
-    """Per-channel ``(x − mean) / std`` with statistics of the training data."""
+    """Per-channel ``(b(x) − mean) / std`` with statistics of the training data; ``b`` is ``asinh(x / c)`` on a count
+    or burst channel (``counts[k] = c > 0``, ``count_levels``), the identity elsewhere (``counts`` None: everywhere).
+
+    One owner for what the model's input is, so training data, the runtime's windows, the plausible bounds and the
+    explanations' expected values all read the same transform off the card's ``normalisation``.
+    """
 
     mean: np.ndarray
     std: np.ndarray
+    counts: np.ndarray | None = None
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         """Normalise ``[..., C]`` values (NaN stays NaN)."""
-        return ((np.asarray(x, dtype=np.float32) - self.mean) / self.std).astype(np.float32)
+        return ((bend(x, self.counts) - self.mean) / self.std).astype(np.float32)
 
     def invert(self, x: np.ndarray) -> np.ndarray:
         """Normalised ``[..., C]`` values back in the readings' units (float64)."""
-        return np.asarray(x, dtype=np.float64) * self.std + self.mean
+        out = np.asarray(x, dtype=np.float64) * self.std + self.mean
+        if self.counts is None:
+            return out
+        c = np.asarray(self.counts, dtype=np.float64)
+        with np.errstate(over="ignore"):  # far outside the training range sinh overflows to ±inf, itself a bound
+            return np.where(c > 0, np.sinh(np.where(c > 0, out, 0.0)) * c, out)
 
     def to_dict(self) -> dict:
-        """JSON form for the model card."""
-        return {"mean": [float(v) for v in self.mean], "std": [float(v) for v in self.std]}
+        """JSON form for the model card (``counts`` only when some channel is bent, so older cards keep their text)."""
+        out = {"mean": [float(v) for v in self.mean], "std": [float(v) for v in self.std]}
+        if self.counts is not None:
+            out["counts"] = [float(v) for v in self.counts]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "Normalisation":
         """Read the model card's form."""
-        return cls(np.asarray(data["mean"], dtype=np.float32), np.asarray(data["std"], dtype=np.float32))
+        counts = data.get("counts")
+        counts = np.asarray(counts, dtype=np.float32) if counts is not None and any(v > 0 for v in counts) else None
+        return cls(np.asarray(data["mean"], dtype=np.float32), np.asarray(data["std"], dtype=np.float32), counts)
 
 
-def fit_normalisation(x: np.ndarray) -> Normalisation:
-    """Per-channel NaN-aware mean and std over every axis but the last; a constant channel gets std 1."""
-    flat = np.asarray(x, dtype=np.float64).reshape(-1, x.shape[-1])
+def fit_normalisation(x: np.ndarray, counts: np.ndarray | None = None) -> Normalisation:
+    """Per-channel NaN-aware mean and std over every axis but the last of ``bend(x, counts)``; a constant channel gets
+    std 1. ``counts`` without a channel above 0 is None."""
+    if counts is not None and not np.any(np.asarray(counts) > 0):
+        counts = None
+    flat = np.asarray(bend(x, counts), dtype=np.float64).reshape(-1, x.shape[-1])
     observed = ~np.isnan(flat)
     if not observed.any(axis=0).all():
         empty = np.flatnonzero(~observed.any(axis=0)).tolist()
@@ -88,7 +117,8 @@ def fit_normalisation(x: np.ndarray) -> Normalisation:
     mean = np.nanmean(flat, axis=0)
     std = np.nanstd(flat, axis=0)
     std = np.where(std > 1e-8, std, 1.0)
-    return Normalisation(mean.astype(np.float32), std.astype(np.float32))
+    return Normalisation(mean.astype(np.float32), std.astype(np.float32),
+                         None if counts is None else np.asarray(counts, dtype=np.float32))
 
 
 COUNT_TAIL = 4.0
@@ -102,42 +132,31 @@ COUNT_MIN_READINGS = 100
 """Fewer normal readings of a channel decide nothing: their 99th percentile is their largest value."""
 
 
-def count_levels(values: np.ndarray, channels: list[str]) -> dict[str, float]:
-    """The card's ``counts`` from normal readings ``[..., C]`` in their own units: each channel that looks like a count
-    or burst feed (none below 0, its upper tail ``COUNT_TAIL`` times its lower and reaching ``COUNT_SPAN`` times its
-    median) with its typical level, the median (of its readings above 0 where the median is 0).
+def count_levels(values: np.ndarray) -> np.ndarray:
+    """Each channel's count level ``c`` from normal readings ``[..., C]`` in their own units, 0 for a channel that is
+    not a count or burst feed: ``c`` is given to a channel with none below 0, its upper tail ``COUNT_TAIL`` times its
+    lower and reaching ``COUNT_SPAN`` times its median, and is its median (of its readings above 0 where the median
+    is 0). ``Normalisation`` feeds such a channel to the model as ``asinh(x / c)``.
 
-    Such a channel's bursts of an ordinary size lie many robust scales above its median, so ``deviation`` on the raw
-    values raised false alarms on every busy hour; on ``asinh(x / c)`` (``count_scale``) the scale is logarithmic above
-    ``c`` and linear below, so a burst is judged by its ratio to the usual level and a drop to zero still stands out.
+    A count channel's bursts of an ordinary size lie many robust scales above its median: on the raw values the model
+    learnt little but the bursts, and ``deviation`` raised a false alarm on every busy hour. On ``asinh(x / c)`` the
+    scale is logarithmic above ``c`` and linear below, so a burst is judged by its ratio to the usual level and a drop
+    to zero still stands out.
     """
-    flat = np.asarray(values, dtype=np.float64).reshape(-1, len(channels))
-    levels = {}
-    for k, name in enumerate(channels):
+    x_all = np.asarray(values, dtype=np.float64)
+    flat = x_all.reshape(-1, x_all.shape[-1])
+    levels = np.zeros(flat.shape[1], dtype=np.float32)
+    for k in range(flat.shape[1]):
         x = flat[np.isfinite(flat[:, k]), k]
         if len(x) < COUNT_MIN_READINGS:
             continue
-        # Readings read back from normalised float32 carry rounding: a true zero may come back as −1e-7 of the level.
+        # Readings stored as float32 carry rounding: a true zero may come back as −1e-7 of the level.
         tiny = 1e-5 * float(np.abs(x).max())
         q01, q50, q99 = np.percentile(x, [1, 50, 99])
         if x.min() < -tiny or not q99 - q50 > COUNT_TAIL * max(q50 - q01, tiny) or not q99 >= COUNT_SPAN * q50:
             continue
-        levels[name] = float(q50 if q50 > tiny else np.median(x[x > tiny]))
+        levels[k] = q50 if q50 > tiny else np.median(x[x > tiny])
     return levels
-
-
-def count_scale(card: ModelCard, windows: np.ndarray) -> np.ndarray:
-    """Prepared windows ``[n, W, C]`` of ``card``'s model with each of its ``counts`` channels as ``asinh(x / c)`` of
-    the readings (``count_levels``), the input of ``detector.window_deviation``; unchanged without ``counts``. A
-    channel-independent model's one channel stands for the lane's."""
-    if not card.counts:
-        return windows
-    out = np.array(windows, dtype=np.float64)
-    readings = Normalisation.from_dict(card.normalisation).invert(out)
-    for k, name in enumerate(card.channels):
-        if name in card.counts:
-            out[..., k] = np.arcsinh(readings[..., k] / card.counts[name])
-    return out
 
 
 def robust_location_scale(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -251,8 +270,8 @@ def plausible_bounds(card: ModelCard) -> tuple[np.ndarray, np.ndarray]:
     high = np.full(card.input_dims, IMPLAUSIBLE_MAGNITUDE)
     if card.scaling == "card" and card.differencing == 0:
         norm = Normalisation.from_dict(card.normalisation)
-        low = np.maximum(low, norm.mean - IMPLAUSIBLE_SCALES * norm.std)
-        high = np.minimum(high, norm.mean + IMPLAUSIBLE_SCALES * norm.std)
+        low = np.maximum(low, norm.invert(np.full(card.input_dims, -IMPLAUSIBLE_SCALES)))
+        high = np.minimum(high, norm.invert(np.full(card.input_dims, IMPLAUSIBLE_SCALES)))
     for c, name in enumerate(card.channels):
         if name in card.ranges:
             low[c], high[c] = max(low[c], card.ranges[name][0]), min(high[c], card.ranges[name][1])

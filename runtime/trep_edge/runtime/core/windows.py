@@ -96,27 +96,24 @@ class WindowConfig:
 
 
 def input_contract(card: ModelCard) -> dict[str, Any]:
-    """What a model's windows depend on: channels, window length, differencing, normalisation and scaling; and what
-    the ``deviation`` statistics a swap keeps depend on, which channels the card's ``counts`` bend (only when it has
-    some, so a contract saved before cards had them still matches). Their levels may move with a retrain: far above
-    its level ``asinh(x / c)`` only shifts when ``c`` does, which ``deviation``'s robust location absorbs."""
+    """What a model's windows depend on: channels, window length, differencing, normalisation (its ``counts`` only
+    when the card has them, so a contract saved before cards had them still matches) and scaling."""
     contract = {
         "channels": list(card.channels),
         "window": card.window,
         "differencing": card.differencing,
         "forward_fill": card.forward_fill,
-        "normalisation": {k: [float(v) for v in card.normalisation[k]] for k in ("mean", "std")},
+        "normalisation": {k: [float(v) for v in card.normalisation[k]] for k in ("mean", "std", "counts")
+                          if k in card.normalisation},
         "scaling": card.scaling,
         "channel_mode": card.channel_mode,
     }
-    if card.counts:
-        contract["counts"] = sorted(card.counts)
     return contract
 
 
 def contract_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """Names of the ``input_contract`` fields that differ between two models."""
-    keys = ("channels", "window", "differencing", "forward_fill", "normalisation", "scaling", "channel_mode", "counts")
+    keys = ("channels", "window", "differencing", "forward_fill", "normalisation", "scaling", "channel_mode")
     return [key for key in keys if old.get(key) != new.get(key)]
 
 

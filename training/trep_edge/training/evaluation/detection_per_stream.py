@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from trep_edge.runtime.core.engine import Engine, load_engine
+from trep_edge.runtime.core.preprocess import count_levels
 
 from trep_edge.training.evaluation import detection_metrics as dm
 from trep_edge.training.evaluation.detection_corpus import Stream
@@ -124,13 +125,18 @@ class PerStreamModels:
         self.info: dict[str, dict] = {}
 
     def key(self, values: np.ndarray) -> str:
-        """Cache key: the slice's values and shape, the flags, the base model's weights and the cache version."""
+        """Cache key: the slice's values and shape, the flags, the base model's weights and the cache version; and a
+        slice's count levels when training bends some of its channels (``preprocess.count_levels``), so the models of
+        the others keep the keys they were cached under when that changed."""
         fine_tune = [] if self.base is None else [self.base.sha256, self.base.budget_flags(), self.base.export_flags()]
         # Extra flags join the key only when given, so the evaluator's models keep the keys they were cached under.
         extra = [list(self.extra)] if self.extra else []
         flags = json.dumps([TRAIN_FLAGS, self.threads, values.shape, *fine_tune, *extra])
         digest = hashlib.sha256(CACHE_VERSION + flags.encode())
         digest.update(np.ascontiguousarray(values, dtype=np.float32).tobytes())
+        levels = count_levels(values) if self.base is None else np.zeros(1)
+        if levels.any():
+            digest.update(b"counts" + levels.tobytes())
         return digest.hexdigest()[:24]
 
     def path(self, stream: Stream) -> Path:
