@@ -182,10 +182,13 @@ def test_a_count_channel_reaches_the_model_as_asinh_of_its_ratio_to_its_level_an
     np.testing.assert_array_equal(again.counts, counts)
     assert set(fit_normalisation(x[None], np.zeros(3)).to_dict()) == {"mean", "std"}
     assert Normalisation.from_dict({"mean": [0.0], "std": [1.0], "counts": [0.0]}).counts is None
-    # Plausible readings of a count channel are bounded in its own units, on its bent scale.
+    # Plausible readings of a count channel lie within a million times its level (a million of its bent scale's
+    # standard deviations would bound nothing); the other channels within a million standard deviations.
     card = ModelCard("m", ["r", "e", "l"], norm.to_dict(), 0, "relative", "time2vec", 8, 4, 3)
     low, high = plausible_bounds(card)
-    assert low[0] == -1e30 and high[0] == 1e30 and high[2] < 1e30  # sinh of a million scales overflows: no bound
+    np.testing.assert_allclose(high[:2], 1e6 * counts[:2], rtol=1e-6)
+    np.testing.assert_allclose(low[:2], -1e6 * counts[:2], rtol=1e-6)
+    assert high[2] == pytest.approx(norm.mean[2] + 1e6 * norm.std[2])
     # Logarithmic well above the level: 8 times a rate of 5 c is as far from it as 8 times 10 c from 10 c; linear
     # below it, so a drop to 0 from c is as far as from 0 to c.
     bend = np.arcsinh(np.float64([5, 40, 10, 80, 0, 1]))

@@ -86,8 +86,7 @@ class Normalisation:
         if self.counts is None:
             return out
         c = np.asarray(self.counts, dtype=np.float64)
-        with np.errstate(over="ignore"):  # far outside the training range sinh overflows to ±inf, itself a bound
-            return np.where(c > 0, np.sinh(np.where(c > 0, out, 0.0)) * c, out)
+        return np.where(c > 0, np.sinh(np.where(c > 0, out, 0.0)) * c, out)
 
     def to_dict(self) -> dict:
         """JSON form for the model card (``counts`` only when some channel is bent, so older cards keep their text)."""
@@ -260,8 +259,9 @@ IMPLAUSIBLE_MAGNITUDE = 1e30
 
 def plausible_bounds(card: ModelCard) -> tuple[np.ndarray, np.ndarray]:
     """Per card channel, the lowest and highest plausible value: the card's declared ``ranges``, within
-    ``IMPLAUSIBLE_SCALES`` training standard deviations for a card-normalised, undifferenced model, within
-    ±``IMPLAUSIBLE_MAGNITUDE`` always. A channel-independent model's one channel bounds every channel it is applied to.
+    ``IMPLAUSIBLE_SCALES`` training standard deviations (count levels on a count channel) for a card-normalised,
+    undifferenced model, within ±``IMPLAUSIBLE_MAGNITUDE`` always. A channel-independent model's one channel bounds
+    every channel it is applied to.
 
     A value outside is treated as missing (and reported as a sensor fault) instead of being scored: one absurd value
     in a window would otherwise dominate the model's input for a whole window length.
@@ -270,8 +270,12 @@ def plausible_bounds(card: ModelCard) -> tuple[np.ndarray, np.ndarray]:
     high = np.full(card.input_dims, IMPLAUSIBLE_MAGNITUDE)
     if card.scaling == "card" and card.differencing == 0:
         norm = Normalisation.from_dict(card.normalisation)
-        low = np.maximum(low, norm.invert(np.full(card.input_dims, -IMPLAUSIBLE_SCALES)))
-        high = np.minimum(high, norm.invert(np.full(card.input_dims, IMPLAUSIBLE_SCALES)))
+        # A count channel's std is one of asinh(x / c), whose multiples in reading units grow without bound: its
+        # level c is the unit there instead (a million times the usual count is a corrupted register too).
+        level = np.zeros(card.input_dims) if norm.counts is None else norm.counts
+        centre, unit = np.where(level > 0, 0.0, norm.mean), np.where(level > 0, level, norm.std)
+        low = np.maximum(low, centre - IMPLAUSIBLE_SCALES * unit)
+        high = np.minimum(high, centre + IMPLAUSIBLE_SCALES * unit)
     for c, name in enumerate(card.channels):
         if name in card.ranges:
             low[c], high[c] = max(low[c], card.ranges[name][0]), min(high[c], card.ranges[name][1])
