@@ -137,3 +137,13 @@ def test_export_general_refuses_a_multichannel_model(shifted_npy, capsys):
     assert main(["export", str(ckpt), "--out", str(shifted_npy / "m.onnx"), "--general", "--no-calibration"]) == 2
     assert "input_dims 1" in capsys.readouterr().err
     assert not (shifted_npy / "m.onnx").exists()
+
+
+def test_export_general_refuses_a_model_trained_on_a_count_feed(shifted_npy, capsys):
+    rng = np.random.default_rng(0)
+    np.save(shifted_npy / "counts.npy", rng.poisson(20 * np.where(rng.random(600) < 0.03, 8, 1)).astype(np.float32))
+    ckpt = shifted_npy / "counts.pt"
+    assert main(["train", str(shifted_npy / "counts.npy"), "--out", str(ckpt), *TINY]) == 0
+    capsys.readouterr()
+    assert main(["export", str(ckpt), "--out", str(shifted_npy / "c.onnx"), "--general", "--no-calibration"]) == 2
+    assert "count feed" in capsys.readouterr().err and not (shifted_npy / "c.onnx").exists()

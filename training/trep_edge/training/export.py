@@ -272,7 +272,7 @@ def make_general(encoder: TRepEncoder, card: ModelCard) -> None:
     if encoder.cfg.input_dims != 1:
         raise ValueError(f"--general needs a univariate model (input_dims 1), this one has {encoder.cfg.input_dims} "
                          "channels: train it on single-channel series (e.g. the general corpus, docs/training.md)")
-    if card.normalisation.get("counts"):
+    if any(c > 0 for c in card.normalisation.get("counts", ())):
         # A count level is one stream's unit; a general model meets every scale through its per-stream scaling.
         raise ValueError("--general needs a model trained on scaled series, but its training data was read as a count "
                          "feed (normalisation.counts): train it on the general corpus (docs/training.md)")
