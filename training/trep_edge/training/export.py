@@ -24,6 +24,7 @@ from trep_edge.runtime.core.engine import Engine, last_step_pair, load_engine
 from trep_edge.runtime.core.model_card import ModelCard, Scoring, sidecar_path
 from trep_edge.runtime.core.model_file import metadata, pack, share_weights, unpack
 from trep_edge.runtime.core.offline import detector_prior, raw_scores
+from trep_edge.runtime.core.preprocess import Normalisation
 from trep_edge.runtime.core.scoring import Calibration, adjust_scores, calibrate
 from trep_edge.runtime.core.time_index import parse_time_index, time_index
 
@@ -272,7 +273,7 @@ def make_general(encoder: TRepEncoder, card: ModelCard) -> None:
     if encoder.cfg.input_dims != 1:
         raise ValueError(f"--general needs a univariate model (input_dims 1), this one has {encoder.cfg.input_dims} "
                          "channels: train it on single-channel series (e.g. the general corpus, docs/training.md)")
-    if any(c > 0 for c in card.normalisation.get("counts", ())):
+    if Normalisation.from_dict(card.normalisation).counts is not None:
         # A count level is one stream's unit; a general model meets every scale through its per-stream scaling.
         raise ValueError("--general needs a model trained on scaled series, but its training data was read as a count "
                          "feed (normalisation.counts): train it on the general corpus (docs/training.md)")

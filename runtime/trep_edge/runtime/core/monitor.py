@@ -49,9 +49,9 @@ Policies:
   reading (each channel's contribution, expected and seen values), computed right after the detector's step on the
   windows of this tick; a fixed-channel model adds one engine call per round that has such readings.
 - **Model swap.** Same file (sha256) and card: everything is kept. Same input contract (``windows.input_contract``:
-  channels, window length, differencing, forward fill, normalisation, scaling, channel mode, count channels) but
-  another model (other weights, a re-export, another card): no stream warms up again. Windows, pending steps and
-  scales are kept; the detector is handed over (``Detector.for_model``): its alert gate (threshold record, warm-up count,
+  channels, window length, differencing, forward fill, normalisation, scaling, channel mode) but another model
+  (other weights, a re-export, another card): no stream warms up again. Windows, pending steps and scales are kept;
+  the detector is handed over (``Detector.for_model``): its alert gate (threshold record, warm-up count,
   refractory period, hot run) and the ``deviation`` statistics describe the stream and are kept, while the model
   signals (distance, novelty: another model's outputs) are relearnt from each lane's newest ``detector.relearn``
   stored steps scored again by the new model, in engine calls of ``RELEARN_BATCH`` windows (measured in

@@ -76,6 +76,13 @@ class Normalisation:
     std: np.ndarray
     counts: np.ndarray | None = None
 
+    def __post_init__(self) -> None:
+        # One form for "nothing bent", so the card's JSON and the input contract of such a model keep their text.
+        if self.counts is not None:
+            self.counts = np.asarray(self.counts, dtype=np.float32)
+            if not (self.counts > 0).any():
+                self.counts = None
+
     def apply(self, x: np.ndarray) -> np.ndarray:
         """Normalise ``[..., C]`` values (NaN stays NaN)."""
         return ((bend(x, self.counts) - self.mean) / self.std).astype(np.float32)
@@ -85,7 +92,7 @@ class Normalisation:
         out = np.asarray(x, dtype=np.float64) * self.std + self.mean
         if self.counts is None:
             return out
-        c = np.asarray(self.counts, dtype=np.float64)
+        c = self.counts.astype(np.float64)
         return np.where(c > 0, np.sinh(np.where(c > 0, out, 0.0)) * c, out)
 
     def to_dict(self) -> dict:
@@ -98,16 +105,13 @@ class Normalisation:
     @classmethod
     def from_dict(cls, data: dict) -> "Normalisation":
         """Read the model card's form."""
-        counts = data.get("counts")
-        counts = np.asarray(counts, dtype=np.float32) if counts is not None and any(v > 0 for v in counts) else None
-        return cls(np.asarray(data["mean"], dtype=np.float32), np.asarray(data["std"], dtype=np.float32), counts)
+        return cls(np.asarray(data["mean"], dtype=np.float32), np.asarray(data["std"], dtype=np.float32),
+                   data.get("counts"))
 
 
 def fit_normalisation(x: np.ndarray, counts: np.ndarray | None = None) -> Normalisation:
     """Per-channel NaN-aware mean and std over every axis but the last of ``bend(x, counts)``; a constant channel gets
-    std 1. ``counts`` without a channel above 0 is None."""
-    if counts is not None and not np.any(np.asarray(counts) > 0):
-        counts = None
+    std 1."""
     flat = np.asarray(bend(x, counts), dtype=np.float64).reshape(-1, x.shape[-1])
     observed = ~np.isnan(flat)
     if not observed.any(axis=0).all():
@@ -116,8 +120,7 @@ def fit_normalisation(x: np.ndarray, counts: np.ndarray | None = None) -> Normal
     mean = np.nanmean(flat, axis=0)
     std = np.nanstd(flat, axis=0)
     std = np.where(std > 1e-8, std, 1.0)
-    return Normalisation(mean.astype(np.float32), std.astype(np.float32),
-                         None if counts is None else np.asarray(counts, dtype=np.float32))
+    return Normalisation(mean.astype(np.float32), std.astype(np.float32), counts)
 
 
 COUNT_TAIL = 4.0

@@ -98,7 +98,7 @@ class WindowConfig:
 def input_contract(card: ModelCard) -> dict[str, Any]:
     """What a model's windows depend on: channels, window length, differencing, normalisation (its ``counts`` only
     when the card has them, so a contract saved before cards had them still matches) and scaling."""
-    contract = {
+    return {
         "channels": list(card.channels),
         "window": card.window,
         "differencing": card.differencing,
@@ -108,7 +108,6 @@ def input_contract(card: ModelCard) -> dict[str, Any]:
         "scaling": card.scaling,
         "channel_mode": card.channel_mode,
     }
-    return contract
 
 
 def contract_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

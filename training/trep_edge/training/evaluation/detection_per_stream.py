@@ -134,8 +134,7 @@ class PerStreamModels:
         flags = json.dumps([TRAIN_FLAGS, self.threads, values.shape, *fine_tune, *extra])
         digest = hashlib.sha256(CACHE_VERSION + flags.encode())
         digest.update(np.ascontiguousarray(values, dtype=np.float32).tobytes())
-        levels = count_levels(values) if self.base is None else np.zeros(1)
-        if levels.any():
+        if self.base is None and (levels := count_levels(values)).any():
             digest.update(b"counts" + levels.tobytes())
         return digest.hexdigest()[:24]
 
