@@ -48,6 +48,9 @@ Prototypes (``KIND:key=value;...``, each key optional):
   own degrees of freedom (0: the Gaussian) instead of ``tail_dof`` for all.
 - ``segment-novelty`` (``k``): ``novelty`` of the mean of the lane's last ``k`` representations instead of the last
   one's, so that a collective fault is judged by a segment's representation rather than one step's.
+- ``discord`` (``m``, ``znorm``): ``novelty`` of the raw readings instead of the representation: each lane's last ``m``
+  readings (a multichannel lane: at most the model's dimensions over its channels each) less their mean, over their
+  own spread (``znorm`` 1) or the stream's robust scale in its first 15 % (0), judged against the remembered ones.
 
 The ``deviation`` prototypes recompute the level from the stream's raw values in sliding windows of the last
 ``deviation_window`` readings, where the monitor windows the float32 readings since the stream's last reset: with
@@ -383,6 +386,52 @@ def segment_novelty(k: int = 8) -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
+def _shapes(x: np.ndarray, m: int, scale: float, znorm: bool) -> np.ndarray:
+    """The last ``m`` readings of one channel ``[T]`` at each reading, less their mean, over their own standard
+    deviation (``znorm``, at least a tenth of ``scale``) or over ``scale``: ``[T, m]``, missing readings 0."""
+    w = _windows(x, m)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a window of no value yet
+        centred = w - np.nanmean(w, axis=1, keepdims=True)
+        spread = np.fmax(np.nanstd(w, axis=1, keepdims=True), 0.1 * scale) if znorm else scale
+    return np.nan_to_num(centred / spread, nan=0.0)
+
+
+def discord(m: int = 32, znorm: float = 1) -> Prototype:
+    """``novelty`` of the raw readings instead of the representation: the memory holds each lane's recent shapes (its
+    last ``m`` readings less their mean, per channel, over their own spread with ``znorm`` or over the stream's
+    robust scale in its first 15 % without), so a reading scores by how unlike every remembered shape of its stream
+    its last ``m`` readings are, a left discord of the matrix profile within the memory's reach."""
+    m = int(m)
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        x = stream.values.astype(np.float64)
+        head = x[: max(probation(len(x)), 2)]
+        scales = robust_location_scale(head.T)[1]
+        out, row = [], -1
+        shapes = None
+        for call in tape:
+            if call[0] == "row":
+                row = call[1]
+            elif call[0] == "step" and row >= 0:
+                z = np.zeros_like(call[5])
+                dims, channels = z.shape[1], x.shape[1]
+                if shapes is None:
+                    per = min(m, dims if call[6] is None or call[6].shape[2] == 1 else dims // channels)
+                    shapes = [_shapes(x[:, c], per, float(scales[c]), bool(znorm)) for c in range(channels)]
+                if call[6] is not None and call[6].shape[2] == channels and channels > 1:
+                    flat = np.concatenate([s[row] for s in shapes])
+                    z[:, : len(flat)] = flat
+                else:
+                    for i, lane in enumerate(call[2]):
+                        z[i, : shapes[int(lane)].shape[1]] = shapes[int(lane)][row]
+                call = (*call[:5], z, *call[6:])
+            out.append(call)
+        return out
+
+    return Prototype(_no_patches, rewrite)
+
+
 def learn_cap(cap: float = 30.0) -> Prototype:
     """``deviation`` enters its lane's long-run statistics at most ``cap`` (robust units); it is still judged whole.
 
@@ -492,7 +541,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
     "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift,
     "skew-scale": skew_scale, "constant-none": constant_none, "segment-novelty": segment_novelty,
-    "learn-cap": learn_cap, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
+    "learn-cap": learn_cap, "discord": discord, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
 }  # fmt: skip
 
 

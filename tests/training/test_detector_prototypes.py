@@ -147,6 +147,24 @@ def test_segment_novelty_feeds_the_mean_of_each_lanes_last_representations_and_f
     np.testing.assert_allclose(np.stack(out), [[0, 0], [0.5, 1], [2, 1], [2.5, 2.5]])
 
 
+def test_discord_feeds_each_lane_its_last_readings_shape_in_place_of_the_representation():
+    t = np.arange(300)
+    stream = Stream("sine", "synthetic", ["c0"], (5 + 2 * np.sin(2 * np.pi * t / 60))[:, None], [])
+
+    def at(row: int) -> list:
+        return [("row", row), ("step", np.array([0]), np.array([0]), np.array([0]), np.array([1.0]), np.ones((1, 8)),
+                             np.zeros((1, 2, 1)), None)]  # fmt: skip
+
+    tape = at(200) + at(260) + at(230)
+    for spec in ("discord:m=6;znorm=1", "discord:m=6;znorm=0"):
+        z = [c[5][0] for c in prototypes.parse(spec).rewrite(stream, tape) if c[0] == "step"]
+        assert np.all(z[0][6:] == 0)  # m readings of the model's 8 dimensions; the rest 0
+        np.testing.assert_allclose(z[0], z[1], atol=1e-9)  # a period later: the same shape
+        np.testing.assert_allclose(z[2], -z[0], atol=1e-9)  # half a period later: the shape upside down
+        assert np.abs(z[0]).max() > 0.05
+        np.testing.assert_allclose(z[0][:6].mean(), 0, atol=1e-12)  # less its mean
+
+
 def test_learn_cap_caps_only_deviation_and_only_while_patched():
     stats = SignalStats(len(SIGNALS), horizon=100, n_streams=1)
     idx, learn = np.array([0]), np.array([True])
