@@ -74,6 +74,10 @@ def streams(seed: int = 7) -> dict[str, np.ndarray]:
         "autocorrelated noise (AR(1), 0.7)": 20 + 3 * _ar1(rng.normal(size=LENGTH), 0.7),
         "Laplace noise": 10 + rng.laplace(0, 1, LENGTH),
         "CPU percent, idle and noisy": np.round(np.clip(rng.normal(8, 4, LENGTH), 0, 100), 1),
+        # Intermittent counts (added after the twenty above): zero about 70 % of the time, so a window's quartiles
+        # straddle the zeros and a sliver of the counts (the tie round).
+        "intermittent counts, zero 70 % of the time": np.where(rng.random(LENGTH) < 0.3,
+                                                                rng.integers(1, 50, LENGTH), 0).astype(float),
     }
     return {name: values[:, None].astype(np.float64) for name, values in shapes.items()}
 
