@@ -19,6 +19,7 @@ from trep_edge.runtime.core.detector import (
     StepRecord,
     StuckRecord,
     combine_surprise,
+    count_channels,
     fold_step,
     log_upper_gamma,
     on_schedule,
@@ -672,6 +673,18 @@ def test_a_quantised_window_does_not_turn_a_digit_flip_into_a_huge_step():
     assert np.isfinite(gap[0]) and np.isnan(gap[1])  # no previous value: no step
     young = window_deviation(np.r_[np.full(118, np.nan), x[-10:]][:, None][None])
     assert np.isnan(young).all()  # a stream's first readings: too few earlier values for either
+
+
+def test_a_count_channel_judges_its_tied_windows_on_one_scale_and_other_channels_as_before():
+    rng = np.random.default_rng(2)
+    # An intermittent count, zero three times in four: its upper quartile straddles the zeros and the smallest count.
+    counts = rng.permutation(np.concatenate([np.zeros(95), np.arange(1.0, 33.0)]))
+    windows = np.stack([np.r_[counts, 30.0], rng.normal(0, 1, 128)], axis=1)[None]  # a count and a level channel
+    plain = window_deviation(windows)[0]
+    tied = window_deviation(windows, tied=count_channels(np.array([3.0, 0.0]), 2))[0]
+    assert plain[0, 0] > 80 and tied[0, 0] < 12  # an ordinary count of 30, not 80 slivers of quartiles
+    np.testing.assert_array_equal(tied[:, 1], plain[:, 1])
+    assert count_channels(None, 2) is None and count_channels(np.array([3.0]), 2) is None  # none, or other lanes
 
 
 def test_the_deviation_window_judges_a_reading_against_the_recent_readings_only():

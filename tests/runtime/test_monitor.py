@@ -91,8 +91,8 @@ def test_the_monitor_judges_deviation_over_the_configured_window(ucr_series, uni
     import trep_edge.runtime.core.monitor as monitor_module
 
     real, calls = monitor_module.window_deviation, []
-    monkeypatch.setattr(monitor_module, "window_deviation",
-                        lambda windows, span=0: calls.append((windows.shape[1], span)) or real(windows, span))
+    monkeypatch.setattr(monitor_module, "window_deviation", lambda windows, span=0, tied=None: (
+        calls.append((windows.shape[1], span)), real(windows, span, tied))[-1])
     values = ucr_series.values[:600]
     detector = DetectorConfig(deviation_window=32)
     scored, _ = run(Monitor(univariate_engine, detector=detector), series_readings(values), tick_every=50)
@@ -590,7 +590,7 @@ def test_a_stream_scaled_model_judges_deviation_on_the_readings_before_the_scali
     assert engine.card.scaling == "stream"
     real, seen = monitor_module.window_deviation, []
     monkeypatch.setattr(monitor_module, "window_deviation",
-                        lambda windows, span=0: seen.append(np.array(windows)) or real(windows, span))
+                        lambda windows, span=0, tied=None: seen.append(np.array(windows)) or real(windows, span, tied))
     rng = np.random.default_rng(0)
     values = np.r_[np.full(120, 500.0), 500.0 + rng.normal(0, 2.0, 280)]
     values[300] += 40.0  # a spike far beyond what the scale learnt from the constant opening
@@ -614,16 +614,18 @@ def test_a_count_channel_reaches_model_and_deviation_bent_and_a_drop_to_zero_sta
     plain = with_card(univariate_engine, normalisation={"mean": [float(x.mean())], "std": [float(x.std())]})
     counted = with_card(univariate_engine, normalisation={"mean": [float(bent.mean())], "std": [float(bent.std())],
                                                           "counts": [20.0]})  # fmt: skip
-    real, seen, stop = monitor_module.window_deviation, {}, {}
+    real, seen, stop, tied = monitor_module.window_deviation, {}, {}, {}
     for name, engine in (("plain", plain), ("counted", counted)):
-        calls = seen[name] = []
-        monkeypatch.setattr(monitor_module, "window_deviation",
-                            lambda windows, span=0: calls.append(windows) or real(windows, span))
+        calls, marks = seen[name], tied[name] = [], []
+        monkeypatch.setattr(monitor_module, "window_deviation", lambda windows, span=0, ties=None: (
+            calls.append(windows), marks.append(ties), real(windows, span, ties))[-1])
         # Only the deviation signal: the graph is not trained on either input.
         scored, _ = run(Monitor(engine, detector=DetectorConfig(signals=("deviation",))), series_readings(x), 100)
         stop[name] = max(s.surprise for s in scored[800:845])
     # Linear below the level, while the bursts above it no longer widen the scale: the stop stands out more.
     assert stop["counted"] > stop["plain"] + 0.25
+    # The count channel's scales have the tied windows' floor (TIED_FLOOR); a plain channel has none.
+    assert all(m is None for m in tied["plain"]) and all(m.tolist() == [True] for m in tied["counted"])
     windows = np.concatenate(seen["plain"]) * x.std() + x.mean()  # the readings
     np.testing.assert_allclose(np.concatenate(seen["counted"]), (np.arcsinh(windows / 20.0) - bent.mean()) / bent.std(),
                                rtol=1e-4, atol=1e-4)  # fmt: skip

@@ -77,6 +77,24 @@ def test_robust_location_scale_falls_back_from_iqr_to_mad_to_std_to_a_share_of_t
     np.testing.assert_allclose(scale, [2 / 1.349, np.std([5, 5, 6, 5, 5]), 0.5, 1e-3, 1 / 1.349, 1])
 
 
+def test_a_floor_reads_a_mostly_tied_row_by_its_mean_deviation_and_leaves_other_rows_alone():
+    # An intermittent count: 95 zeros, then counts 1 to 32. The upper quartile falls half-way between the last zero
+    # and the smallest count: an IQR of 0.5, against which an ordinary count of 30 read as 81 scales.
+    counts = np.concatenate([np.zeros(95), np.arange(1.0, 33.0)])
+    fewer = np.concatenate([np.zeros(100), np.arange(1.0, 28.0)])  # quartiles tied: the std without a floor
+    rows = np.stack([counts, fewer, counts])
+    loc, scale = robust_location_scale(rows, floor=np.array([0.5, 0.5, 0.0]))
+    assert np.percentile(counts, 75) - np.percentile(counts, 25) == 0.5
+    assert scale[0] == pytest.approx(0.5 * 1.2533 * counts.mean()) and 30 / scale[0] < 12
+    assert scale[1] == pytest.approx(0.5 * 1.2533 * fewer.mean())  # the same rule, not the std: one scale for both
+    assert (loc[2], scale[2]) == (0.0, 0.5 / 1.349)  # no floor: the IQR
+    # Ordinary readings and a few outliers keep their IQR under the floor.
+    rng = np.random.default_rng(0)
+    noisy = rng.normal(0, 1, (2, 127))
+    noisy[1, :3] = 20.0
+    np.testing.assert_array_equal(robust_location_scale(noisy, floor=0.5)[1], robust_location_scale(noisy)[1])
+
+
 def _learn(scaler, lane, values, window=4):
     """Feed readings one at a time, each as the last step of its window (NaN-padded at the start)."""
     history = np.full(window - 1, nan)

@@ -93,6 +93,12 @@ STEP_FLOOR = 0.1
 """The least scale of a window's changes, as a fraction of its level scale (``window_deviation``): the changes of a
 quantised or near-flat window are mostly 0, and without a floor every flip of its last digit was a huge step."""
 
+TIED_FLOOR = 0.5
+"""A count channel's ``deviation`` scales are at least this share of their window's mean-deviation scale
+(``preprocess.robust_location_scale``'s ``floor``): half, so it binds only where most readings tie. Applied to every
+window, the same floor cost the per-stream quick corpus 2.7 points (docs/detection.md, the tie round): an ECG's beats
+lift the mean deviation above the IQR of the baseline between them. Count channels tie at zero."""
+
 STEP_BLOCKS = 8
 """Blocks a ``StepRecord`` keeps of a lane's recent steps: the record spans the last ``step_span`` readings to within
 one block (an eighth)."""
@@ -361,9 +367,19 @@ class DetectorConfig:
         return named
 
 
-def window_deviation(windows: np.ndarray, span: int = 0) -> np.ndarray:
+def count_channels(counts: np.ndarray | None, channels: int) -> np.ndarray | None:
+    """``window_deviation``'s ``tied`` for a lane of ``channels`` from a card's ``normalisation.counts`` (None: no
+    count channel, or lanes of one channel of a channel-independent model, whose card bends none)."""
+    if counts is None or len(counts) != channels:
+        return None
+    return np.asarray(counts) > 0
+
+
+def window_deviation(windows: np.ndarray, span: int = 0, tied: np.ndarray | None = None) -> np.ndarray:
     """How far each window's last step lies from the rest of its window ``[n, W, C]``, per channel: ``[n, 2, C]``;
-    ``span`` > 0 judges it against the last ``span`` steps only (``DetectorConfig.deviation_window``).
+    ``span`` > 0 judges it against the last ``span`` steps only (``DetectorConfig.deviation_window``); ``tied``
+    ``[C]`` marks the channels whose readings tie by design (count channels: ``count_channels``), whose scales are
+    at least ``TIED_FLOOR`` times their mean-deviation scale.
 
     Row 0 is the *level*, ``|x_last − median| / scale`` of the earlier steps (``preprocess.robust_location_scale``);
     row 1 the *step*, ``|Δ_last − median Δ| / max(scale Δ, STEP_FLOOR · scale)``, the last change against the
@@ -380,13 +396,14 @@ def window_deviation(windows: np.ndarray, span: int = 0) -> np.ndarray:
     n, w, c = windows.shape
     x = np.asarray(windows, dtype=np.float64).transpose(0, 2, 1).reshape(n * c, w)
     earlier = x[:, :-1]
-    loc, scale = robust_location_scale(earlier)
+    floor = 0.0 if tied is None else np.tile(np.where(tied, TIED_FLOOR, 0.0), n)
+    loc, scale = robust_location_scale(earlier, floor)
     # A scale read off a handful of values (a stream's first readings, a window that is mostly gap) is noise and
     # made every new stream's first readings look like faults: too few earlier values give no deviation.
     enough = np.isfinite(earlier).sum(axis=1) >= min(DEVIATION_MIN_VALUES, w - 1)
     level = np.where(enough, np.abs(x[:, -1] - loc) / scale, np.nan)
     change = np.diff(x, axis=1)
-    change_loc, change_scale = robust_location_scale(change[:, :-1])
+    change_loc, change_scale = robust_location_scale(change[:, :-1], floor)
     step = np.where(enough, np.abs(change[:, -1] - change_loc) / np.maximum(change_scale, STEP_FLOOR * scale), np.nan)
     return np.stack([level.reshape(n, c), step.reshape(n, c)], axis=1)
 

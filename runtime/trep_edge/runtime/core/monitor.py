@@ -72,7 +72,7 @@ import numpy as np
 
 from trep_edge.runtime.core.alerts import SEVERITIES, AlertConfig, AlertEvent, AlertTracker, episode_id
 from trep_edge.runtime.core.detector import (
-    Detector, DetectorConfig, DetectorStep, window_deviation, window_repeats,
+    Detector, DetectorConfig, DetectorStep, count_channels, window_deviation, window_repeats,
 )
 from trep_edge.runtime.core.engine import Engine, Scorer
 from trep_edge.runtime.core.explain import Explanation, Subject, explain_readings
@@ -445,7 +445,8 @@ class Monitor:
             inputs = self._scaled_windows(batch, rounds, np.flatnonzero(batch.complete))
             # Both before the stream scaling, which clips and moves the level: a level far beyond what the scale has
             # learnt would repeat the clip, and a constant window's scale floor (1 % of its level) would follow it.
-            deviation[batch.complete] = window_deviation(batch.windows, self.detector_config.deviation_window)
+            tied = count_channels(self._store.normalisation.counts, self._lane_channels)
+            deviation[batch.complete] = window_deviation(batch.windows, self.detector_config.deviation_window, tied)
             repeat[batch.complete] = window_repeats(batch.windows)
         out = self._scorer.score(batch, rounds, inputs)
         raw = np.where(batch.complete, raw_score(out.z_unmasked, out.z_masked), np.nan)

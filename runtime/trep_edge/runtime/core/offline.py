@@ -21,12 +21,12 @@ from typing import Sequence
 import numpy as np
 
 from trep_edge.runtime.core.alerts import AlertConfig
-from trep_edge.runtime.core.detector import Detector, DetectorConfig, window_deviation
+from trep_edge.runtime.core.detector import Detector, DetectorConfig, count_channels, window_deviation
 from trep_edge.runtime.core.engine import Engine
 from trep_edge.runtime.core.explain import Explanation
 from trep_edge.runtime.core.monitor import Monitor
-from trep_edge.runtime.core.preprocess import (StreamScaler, implausible, plausible_bounds, robust_location_scale,
-                                               scale_windows)
+from trep_edge.runtime.core.preprocess import (Normalisation, StreamScaler, implausible, plausible_bounds,
+                                               robust_location_scale, scale_windows)
 from trep_edge.runtime.core.reading import Reading
 from trep_edge.runtime.core.scoring import raw_score
 from trep_edge.runtime.core.windows import WindowConfig, WindowStore
@@ -186,13 +186,14 @@ def _lane_signals(engine: Engine, lanes: list[np.ndarray], config: DetectorConfi
     channels = lanes[0].shape[1]
     distance, deviation = np.full((t, n), np.nan), np.full((t, n, 2, channels), np.nan)
     z = np.zeros((t, n, engine.card.repr_dims), dtype=np.float32)
+    tied = count_channels(Normalisation.from_dict(engine.card.normalisation).counts, channels)
     for k, prepared in enumerate(lanes):
         readings = sliding_windows(prepared, engine.card.window)
         zu, zm = _pairs(engine, _model_windows(engine, readings, config), 0, batch)
         distance[:, k] = np.where(np.isnan(prepared).any(axis=1), np.nan, raw_score(zu, zm))
         z[:, k] = zu
         for lo in range(0, t, batch):  # deviation reads the readings before any stream scaling, as the monitor does
-            deviation[lo : lo + batch, k] = window_deviation(readings[lo : lo + batch], config.deviation_window)
+            deviation[lo : lo + batch, k] = window_deviation(readings[lo : lo + batch], config.deviation_window, tied)
     detector = Detector(config, engine.card.repr_dims, engine.card.detector_prior, channels)
     detector.add(1, n)
     one, rows, lane_of = np.zeros(1, dtype=np.int64), np.arange(n), np.zeros(n, dtype=np.int64)

@@ -192,7 +192,7 @@ class WindowStore:
         self.channels = list(card.channels)
         self.window = int(card.window)
         self.order = int(card.differencing)
-        self._norm = Normalisation.from_dict(card.normalisation)
+        self.normalisation = Normalisation.from_dict(card.normalisation)
         self._column = {name: i for i, name in enumerate(self.channels)}
         self.names: list[str] = []
         self.index: dict[str, int] = {}
@@ -442,7 +442,7 @@ class WindowStore:
         ext_raw = np.full((int(raw_end[-1]), raw.shape[1]), np.nan, dtype=np.float32)
         ext_raw[(raw_off[:, None] + np.arange(d))[seg_from_buf]] = self._rows.mem[seg_stream[seg_from_buf]]
         ext_raw[raw_pos] = filled
-        prepared = self._norm.apply(difference(ext_raw, d)[raw_pos])
+        prepared = self.normalisation.apply(difference(ext_raw, d)[raw_pos])
 
         prep_off, prep_pos, prep_end = layout(w)
         ext = np.full((int(prep_end[-1]), raw.shape[1]), np.nan, dtype=np.float32)
