@@ -162,14 +162,16 @@ def count_levels(values: np.ndarray) -> np.ndarray:
 
 
 def robust_location_scale(values: np.ndarray, floor: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """NaN-aware median and robust scale of each row of ``[n, T]``: IQR/1.349, else MAD·1.4826, else std; at least
-    ``floor`` (per row or for all) times the mean absolute deviation's σ-estimate, ``1.2533 · mean |x − median|``.
+    """NaN-aware median and robust scale of each row of ``[n, T]``: IQR/1.349, at least ``floor`` (per row or for
+    all) times the mean absolute deviation's σ-estimate ``1.2533 · mean |x − median|``; where that is 0,
+    MAD·1.4826, else std.
 
     The floor is for rows that tie by design, a count channel's zeros (``window_deviation``'s ``tied``): their
-    quartiles fall on the zeros, between them and the smallest count, or on a small count, so the IQR alone read an
-    ordinary count as two scales in one window and as dozens in the next. A row without spread (a constant warm-up)
-    gets 1 % of its level, at least 1e-3, so a later change is large but finite; a row with no value gets location 0
-    and scale 1.
+    quartiles fall on the zeros (the std was then the scale), between them and the smallest count, or on a small
+    count, so the IQR alone read an ordinary count as two scales in one window and as dozens in the next. It holds
+    where the quartiles tie too, so that every window of such a row is read by one rule. A row without spread (a
+    constant warm-up) gets 1 % of its level, at least 1e-3, so a later change is large but finite; a row with no
+    value gets location 0 and scale 1.
     """
     x = np.asarray(values, dtype=np.float64)
     n = x.shape[0]
@@ -182,7 +184,7 @@ def robust_location_scale(values: np.ndarray, floor: np.ndarray | float = 0.0) -
     q75, q25 = np.nanpercentile(xs, [75, 25], axis=1)
     spread = (q75 - q25) / 1.349
     floor = np.broadcast_to(np.asarray(floor, dtype=np.float64), (n,))[seen]
-    if floor.any():  # tied quartiles too: the std of a count's window would read its counts on another scale
+    if floor.any():
         spread = np.maximum(spread, floor * 1.2533 * np.nanmean(np.abs(xs - med[:, None]), axis=1))
     mad = np.nanmedian(np.abs(xs - med[:, None]), axis=1) * 1.4826
     std = np.nanstd(xs, axis=1)
