@@ -183,10 +183,11 @@ def robust_location_scale(values: np.ndarray, floor: np.ndarray | float = 0.0) -
     med = np.nanmedian(xs, axis=1)
     q75, q25 = np.nanpercentile(xs, [75, 25], axis=1)
     spread = (q75 - q25) / 1.349
+    away = np.abs(xs - med[:, None])
     floor = np.broadcast_to(np.asarray(floor, dtype=np.float64), (n,))[seen]
     if floor.any():
-        spread = np.maximum(spread, floor * 1.2533 * np.nanmean(np.abs(xs - med[:, None]), axis=1))
-    mad = np.nanmedian(np.abs(xs - med[:, None]), axis=1) * 1.4826
+        spread = np.maximum(spread, floor * 1.2533 * np.nanmean(away, axis=1))
+    mad = np.nanmedian(away, axis=1) * 1.4826
     std = np.nanstd(xs, axis=1)
     fallback = np.maximum(np.abs(med) * 0.01, 1e-3)
     spread = np.where(spread > 0, spread, np.where(mad > 0, mad, np.where(std > 0, std, fallback)))
