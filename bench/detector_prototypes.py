@@ -35,6 +35,10 @@ Prototypes (``KIND:key=value;...``, each key optional):
 - ``mean-shift`` (``k``): ``deviation``'s level is also the mean of the last ``k`` readings against the means of
   ``k`` readings earlier in the window, in those means' own robust scale (``shift`` with a gain each window
   measures: large on a noisy channel, about 1 on a smooth one).
+- ``rhythm`` (``k``, ``gain``): ``deviation``'s level is also the mean size of the last ``k`` steps against such means
+  earlier in the window, in their own robust scale, times ``gain``: a channel moving faster than its window did.
+- ``prior-spread`` (``k``, ``weight``): the card prior's variance of each model signal times ``k``, at ``weight``
+  readings' worth (0: ``prior_weight``), for a per-stream model's prior measured on its own training readings.
 - ``skew-scale`` (``floor``): ``deviation``'s level in the scale of the window's half on the reading's side
   ((q75 − median) or (median − q25), over 0.6745), at least ``floor`` times the symmetric scale, so that a skewed
   window (counts, bursts) judges its long side by that side's spread.
@@ -73,7 +77,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 import detector_replay as dr
 from trep_edge.runtime.core import detector as detector_module
 from trep_edge.runtime.core.detector import (
-    DEVIATION_MIN_VALUES, MODEL_SIGNALS, SIGNALS, AlertGate, DetectorConfig, SignalStats, window_deviation,
+    DEVIATION_MIN_VALUES, MODEL_SIGNALS, SIGNALS, AlertGate, DetectorConfig, SignalPrior, SignalStats,
+    window_deviation,
 )
 from trep_edge.runtime.core.preprocess import robust_location_scale
 from trep_edge.training.evaluation.detection_corpus import Stream
@@ -184,6 +189,22 @@ def early_horizon(early: float = 300, age: float = 1500) -> Prototype:
         learn(self, idx, x, baseline)
 
     return _patching(SignalStats, learn=on_learn)
+
+
+def prior_spread(k: float = 2.0, weight: float = 0) -> Prototype:
+    """The card prior's variance of each model signal (``MODEL_SIGNALS``) times ``k``, at ``weight`` readings' worth
+    (0: ``prior_weight``): a per-stream model's prior comes from its own training readings, whose signals are smaller
+    and steadier than those of readings it never saw."""
+    plain = SignalPrior.from_card.__func__
+
+    def from_card(cls: type, card_prior: dict, signals: tuple, configured: int) -> SignalPrior | None:
+        prior = plain(cls, card_prior, signals, int(weight) or configured)
+        if prior is None:
+            return None
+        var = tuple(v * float(k) if s in MODEL_SIGNALS else v for s, v in zip(signals, prior.var))
+        return SignalPrior(prior.mean, var, prior.count)
+
+    return _patching(SignalPrior, from_card=classmethod(from_card))
 
 
 def _windows(x: np.ndarray, span: int) -> np.ndarray:
@@ -306,6 +327,29 @@ def mean_shift(k: int = 8) -> Prototype:
         enough = (np.isfinite(earlier).sum(axis=1) >= DEVIATION_MIN_VALUES) & np.isfinite(recent)
         with np.errstate(invalid="ignore"):
             moved = np.where(enough, np.abs(recent - loc) / scale, np.nan)
+        return np.fmax(_levels(x, span), moved)
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        return _with_levels(stream, tape, level)
+
+    return Prototype(_no_patches, rewrite)
+
+
+def rhythm(k: int = 16, gain: float = 1.0) -> Prototype:
+    """``deviation``'s level is also the mean size of the last ``k`` steps (``|x_t − x_{t−1}|``) against such means
+    ending before them in the window, in their own robust scale, times ``gain``: a channel that moves faster or
+    rougher than its window did (a frequency change of a smooth cycle) stands out though no reading leaves its range."""
+    span, k = DetectorConfig().deviation_window, int(k)
+
+    def level(x: np.ndarray) -> np.ndarray:
+        steps = np.abs(np.diff(x, prepend=np.nan))
+        means = sliding_window_view(np.concatenate([np.full(span - 1, np.nan), steps]), k).mean(axis=1)
+        windows = sliding_window_view(means, span - k + 1)
+        earlier, recent = windows[:, : span - 2 * k + 1], windows[:, -1]
+        loc, scale = robust_location_scale(earlier)
+        enough = (np.isfinite(earlier).sum(axis=1) >= DEVIATION_MIN_VALUES) & np.isfinite(recent)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            moved = np.where(enough & (scale > 0), float(gain) * np.abs(recent - loc) / scale, np.nan)
         return np.fmax(_levels(x, span), moved)
 
     def rewrite(stream: Stream, tape: list) -> list:
@@ -539,9 +583,10 @@ def _no_patches() -> Iterator[None]:
 
 PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
-    "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift,
+    "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift, "rhythm": rhythm,
     "skew-scale": skew_scale, "constant-none": constant_none, "segment-novelty": segment_novelty,
     "learn-cap": learn_cap, "discord": discord, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
+    "prior-spread": prior_spread,
 }  # fmt: skip
 
 

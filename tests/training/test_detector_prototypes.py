@@ -88,6 +88,32 @@ def test_shift_raises_the_level_where_a_noisy_channel_moves_and_never_lowers_it(
     assert np.nanmedian(shifted[610:640]) > 2 * np.nanmedian(plain[610:640])
 
 
+def test_rhythm_raises_the_level_where_a_smooth_cycle_speeds_up_and_never_lowers_it(tmp_path):
+    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
+    t = np.arange(900, dtype=np.float64)
+    values = np.sin(2 * np.pi * t / 60)[:, None]
+    values[600:700, 0] = np.sin(2 * np.pi * t[600:700] / 20)  # three times as fast, inside the same range
+    stream = Stream("faster", "synthetic", ["c0"], values, [(600, 699)])
+    tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
+    plain, rhythm = _levels(stream, tape, "window-gap:gap=0"), _levels(stream, tape, "rhythm:k=16")
+    seen = np.isfinite(plain)
+    assert (rhythm[seen] >= plain[seen]).all()
+    # no reading leaves the cycle's range, but sixteen steps into the faster stretch its steps stand far out
+    assert np.nanmedian(plain[616:640]) < 3 < np.nanmedian(rhythm[616:640])
+
+
+def test_prior_spread_widens_only_the_model_signals_prior_and_only_while_patched():
+    from trep_edge.runtime.core.detector import SignalPrior
+
+    card = {"signals": list(SIGNALS), "mean": [0.0] * len(SIGNALS), "var": [1.0] * len(SIGNALS), "n": 400}
+    with prototypes.parse("prior-spread:k=4;weight=300").patches():
+        wide = SignalPrior.from_card(card, SIGNALS, 100)
+    plain = SignalPrior.from_card(card, SIGNALS, 100)
+    model = [SIGNALS.index(name) for name in MODEL_SIGNALS]
+    assert [wide.var[i] for i in model] == [4.0] * len(model) and wide.var[SIGNALS.index("deviation")] == 1.0
+    assert wide.count == 300 and plain.count == 100 and plain.var == (1.0,) * len(SIGNALS)
+
+
 def test_skew_scale_judges_the_long_side_of_a_skewed_window_by_its_own_spread(tmp_path):
     engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
     rng = np.random.default_rng(3)
