@@ -309,6 +309,21 @@ def shift(k: int = 8, gain: float = 0.0) -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
+def _recent_mean_levels(x: np.ndarray, span: int, k: int) -> np.ndarray:
+    """The mean of the last ``k`` values of ``[T]`` at each reading against the means of ``k`` values earlier in its
+    window of ``span`` (those ending before the last ``k`` began), in their own robust scale; NaN without enough."""
+    padded = np.concatenate([np.full(span - 1, np.nan), x])
+    means = sliding_window_view(padded, k).mean(axis=1)  # means[j]: values padded[j .. j + k − 1]
+    # The window ending at reading t spans padded[t .. t + span − 1]; its last mean starts at t + span − k, and
+    # the earlier means that end before it start at t .. t + span − 2k.
+    windows = sliding_window_view(means, span - k + 1)
+    earlier, recent = windows[:, : span - 2 * k + 1], windows[:, -1]
+    loc, scale = robust_location_scale(earlier)
+    enough = (np.isfinite(earlier).sum(axis=1) >= DEVIATION_MIN_VALUES) & np.isfinite(recent)
+    with np.errstate(invalid="ignore"):
+        return np.where(enough, np.abs(recent - loc) / scale, np.nan)
+
+
 def mean_shift(k: int = 8) -> Prototype:
     """``deviation``'s level is also the mean of the last ``k`` readings against the means of ``k`` readings earlier
     in the window (those ending before the last ``k`` began), in their own robust scale: ``shift`` with a gain that
@@ -317,17 +332,7 @@ def mean_shift(k: int = 8) -> Prototype:
     span, k = DetectorConfig().deviation_window, int(k)
 
     def level(x: np.ndarray) -> np.ndarray:
-        padded = np.concatenate([np.full(span - 1, np.nan), x])
-        means = sliding_window_view(padded, k).mean(axis=1)  # means[j]: readings padded[j .. j + k − 1]
-        # The window ending at reading t spans padded[t .. t + span − 1]; its last mean starts at t + span − k, and
-        # the earlier means that end before it start at t .. t + span − 2k.
-        windows = sliding_window_view(means, span - k + 1)
-        earlier, recent = windows[:, : span - 2 * k + 1], windows[:, -1]
-        loc, scale = robust_location_scale(earlier)
-        enough = (np.isfinite(earlier).sum(axis=1) >= DEVIATION_MIN_VALUES) & np.isfinite(recent)
-        with np.errstate(invalid="ignore"):
-            moved = np.where(enough, np.abs(recent - loc) / scale, np.nan)
-        return np.fmax(_levels(x, span), moved)
+        return np.fmax(_levels(x, span), _recent_mean_levels(x, span, k))
 
     def rewrite(stream: Stream, tape: list) -> list:
         return _with_levels(stream, tape, level)
@@ -343,14 +348,7 @@ def rhythm(k: int = 16, gain: float = 1.0) -> Prototype:
 
     def level(x: np.ndarray) -> np.ndarray:
         steps = np.abs(np.diff(x, prepend=np.nan))
-        means = sliding_window_view(np.concatenate([np.full(span - 1, np.nan), steps]), k).mean(axis=1)
-        windows = sliding_window_view(means, span - k + 1)
-        earlier, recent = windows[:, : span - 2 * k + 1], windows[:, -1]
-        loc, scale = robust_location_scale(earlier)
-        enough = (np.isfinite(earlier).sum(axis=1) >= DEVIATION_MIN_VALUES) & np.isfinite(recent)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            moved = np.where(enough & (scale > 0), float(gain) * np.abs(recent - loc) / scale, np.nan)
-        return np.fmax(_levels(x, span), moved)
+        return np.fmax(_levels(x, span), float(gain) * _recent_mean_levels(steps, span, k))
 
     def rewrite(stream: Stream, tape: list) -> list:
         return _with_levels(stream, tape, level)
