@@ -619,6 +619,34 @@ def score_prototypes(bench: dr.Bench, results: dict, prototypes: dict[str, Proto
             bench.score(results, spec, bench.run(base, tapes), began)
 
 
+def stream_set_main(script: str, description: str, load: Callable[[argparse.Namespace], list[Stream]]) -> None:
+    """The command line of a script that replays one fixed set of streams (``load``): the committed detector,
+    ``--variants``, ``--prototypes`` and ``--peers`` on them, its table printed and written to ``--out``."""
+    parser = argparse.ArgumentParser(description=description)
+    dr.add_arguments(parser)
+    parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
+    parser.add_argument("--prototypes", nargs="*", default=[], metavar="KIND:key=value;...",
+                        help=f"prototypes to replay on the committed settings ({', '.join(PROTOTYPES)})")
+    dr.add_peers_argument(parser)
+    args = parser.parse_args()
+    if args.quick or args.categories:
+        parser.error("--quick and --categories do not apply: this script has one set of streams")
+    peers, peer_flags = dr.chosen_peers(args, parser)
+    variants = dr.committed_and(args.variants, parser)
+    try:
+        prototypes = {spec: parse(spec) for spec in args.prototypes}
+    except ValueError as exc:
+        parser.error(str(exc))
+    bench = dr.Bench.load(args, load(args))
+    flags = (dr.corpus_flags(args) + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)
+             + ["--prototypes", *(f"'{p}'" for p in args.prototypes)] * bool(args.prototypes) + peer_flags)
+    results = bench.results(" ".join([f"python {script}", *flags]), args)
+    bench.score_peers(results, peers)
+    bench.score_variants(results, variants)
+    score_prototypes(bench, results, prototypes, DetectorConfig())
+    bench.finish(results, args.out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     dr.add_arguments(parser)
