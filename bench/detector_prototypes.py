@@ -37,6 +37,10 @@ Prototypes (``KIND:key=value;...``, each key optional):
   measures: large on a noisy channel, about 1 on a smooth one).
 - ``rhythm`` (``k``, ``gain``): ``deviation``'s level is also the mean size of the last ``k`` steps against such means
   earlier in the window, in their own robust scale, times ``gain``: a channel moving faster than its window did.
+- ``readout`` (``h``, ``refit``, ``ridge``, ``gain``, ``fit``): ``deviation``'s level is also the reading's miss from
+  a ridge readout of the lane's representation ``h`` readings earlier (refitted every ``refit`` readings on the
+  stream's pairs so far), against the window's misses, times ``gain``: a normal value at the wrong phase; with
+  ``fit``, only while the readout explains that share of its pairs' variance.
 - ``prior-spread`` (``k``, ``weight``): the card prior's variance of each model signal times ``k``, at ``weight``
   readings' worth (0: ``prior_weight``), for a per-stream model's prior measured on its own training readings.
 - ``skew-scale`` (``floor``): ``deviation``'s level in the scale of the window's half on the reading's side
@@ -247,7 +251,12 @@ def _with_levels(stream: Stream, tape: list, level: Callable[[np.ndarray], np.nd
     sliding windows here assume."""
     if stream.category == "sepsis":
         return tape
-    levels = [level(stream.values[:, c].astype(np.float64)) for c in range(stream.values.shape[1])]
+    return _with_channel_levels(tape, [level(stream.values[:, c].astype(np.float64))
+                                       for c in range(stream.values.shape[1])])
+
+
+def _with_channel_levels(tape: list, levels: list[np.ndarray]) -> list:
+    """The tape with each step's ``deviation`` level of channel ``c`` replaced by ``levels[c]`` at the step's row."""
     out, row = [], -1
     for call in tape:
         if call[0] == "row":
@@ -352,6 +361,65 @@ def rhythm(k: int = 16, gain: float = 1.0) -> Prototype:
 
     def rewrite(stream: Stream, tape: list) -> list:
         return _with_levels(stream, tape, level)
+
+    return Prototype(_no_patches, rewrite)
+
+
+def _representations(tape: list, rows: int) -> dict[int, np.ndarray]:
+    """Each lane's representation at each row of a tape: ``{lane: [rows, F]}``, NaN where a row has none."""
+    out: dict[int, np.ndarray] = {}
+    row = -1
+    for call in tape:
+        if call[0] == "row":
+            row = call[1]
+        elif call[0] == "step" and row >= 0:
+            for lane, z in zip(call[2], call[5]):
+                out.setdefault(int(lane), np.full((rows, len(z)), np.nan))[row] = z
+    return out
+
+
+def _readout_residuals(z: np.ndarray, x: np.ndarray, h: int, refit: int, ridge: float, fit: float = 0.0) -> np.ndarray:
+    """``x_t`` less its ridge readout from the representation ``h`` rows earlier, the readout refitted every
+    ``refit`` rows on the pairs seen before them (at least 200); NaN before, and where the readout explains less than
+    ``fit`` of those pairs' variance."""
+    out = np.full(len(x), np.nan)
+    source = np.concatenate([np.full((h, z.shape[1]), np.nan), z[:-h]])
+    ok = np.isfinite(source).all(axis=1) & np.isfinite(x)
+    for start in range(0, len(x), refit):
+        seen = np.flatnonzero(ok[:start])
+        if len(seen) < 200:
+            continue
+        a, y = source[seen], x[seen]
+        mean, std = a.mean(axis=0), a.std(axis=0) + 1e-9
+        a = np.column_stack([(a - mean) / std, np.ones(len(a))])
+        coef = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ y)
+        if fit and np.var(y - a @ coef) > (1 - fit) * np.var(y):
+            continue
+        block = slice(start, start + refit)
+        with np.errstate(invalid="ignore"):
+            out[block] = x[block] - np.column_stack([(source[block] - mean) / std, np.ones(len(x[block]))]) @ coef
+    return out
+
+
+def readout(h: int = 8, refit: int = 100, ridge: float = 10.0, gain: float = 1.0, fit: float = 0.0) -> Prototype:
+    """``deviation``'s level is also the reading's miss from a linear readout of the lane's representation ``h``
+    readings earlier (ridge, refitted every ``refit`` readings on the stream's pairs so far), judged against the
+    misses of the window, times ``gain``: a reading ordinary in size but not what the representation led to expect (a
+    normal value at the wrong phase, a cycle that changed its speed). With ``fit``, only while the readout explains
+    at least that share of the variance of the pairs it was fitted on (a predictable carrier)."""
+    span, h, refit = DetectorConfig().deviation_window, int(h), int(refit)
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        if stream.category == "sepsis":
+            return tape
+        values = stream.values.astype(np.float64)
+        lanes = _representations(tape, len(values))
+        levels = []
+        for c in range(values.shape[1]):
+            z = lanes[sorted(lanes)[c if len(lanes) == values.shape[1] else 0]]
+            miss = _readout_residuals(z, values[:, c], h, refit, ridge, fit)
+            levels.append(np.fmax(_levels(values[:, c], span), float(gain) * _levels(miss, span)))
+        return _with_channel_levels(tape, levels)
 
     return Prototype(_no_patches, rewrite)
 
@@ -584,7 +652,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift, "rhythm": rhythm,
     "skew-scale": skew_scale, "constant-none": constant_none, "segment-novelty": segment_novelty,
     "learn-cap": learn_cap, "discord": discord, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
-    "prior-spread": prior_spread,
+    "prior-spread": prior_spread, "readout": readout,
 }  # fmt: skip
 
 

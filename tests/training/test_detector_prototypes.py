@@ -73,33 +73,57 @@ def _levels(stream: Stream, tape: list, spec: str) -> np.ndarray:
     return out
 
 
+def _raised_levels(tmp_path, values: np.ndarray, event: tuple[int, int], spec: str) -> tuple[np.ndarray, np.ndarray]:
+    """The plain ``deviation`` level and ``spec``'s of a univariate stream under the general model, checking that
+    ``spec`` never lowers it."""
+    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
+    stream = Stream(spec, "synthetic", ["c0"], values, [event])
+    tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
+    plain, raised = _levels(stream, tape, "window-gap:gap=0"), _levels(stream, tape, spec)
+    seen = np.isfinite(plain)
+    assert (raised[seen] >= plain[seen]).all()
+    return plain, raised
+
+
 @pytest.mark.parametrize("spec", ["shift:k=8", "mean-shift:k=8"])
 def test_shift_raises_the_level_where_a_noisy_channel_moves_and_never_lowers_it(tmp_path, spec):
-    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
     rng = np.random.default_rng(7)
     values = rng.normal(0, 1, (900, 1))
     values[600:, 0] += 1.5  # a sustained shift smaller than the noise's own spread of single readings
-    stream = Stream("shifted", "synthetic", ["c0"], values, [(600, 899)])
-    tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
-    plain, shifted = _levels(stream, tape, "window-gap:gap=0"), _levels(stream, tape, spec)
-    seen = np.isfinite(plain)
-    assert (shifted[seen] >= plain[seen]).all()
+    plain, shifted = _raised_levels(tmp_path, values, (600, 899), spec)
     # eight readings into the shift the mean of the last eight stands out far more than any one reading does
     assert np.nanmedian(shifted[610:640]) > 2 * np.nanmedian(plain[610:640])
 
 
 def test_rhythm_raises_the_level_where_a_smooth_cycle_speeds_up_and_never_lowers_it(tmp_path):
-    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
     t = np.arange(900, dtype=np.float64)
     values = np.sin(2 * np.pi * t / 60)[:, None]
     values[600:700, 0] = np.sin(2 * np.pi * t[600:700] / 20)  # three times as fast, inside the same range
-    stream = Stream("faster", "synthetic", ["c0"], values, [(600, 699)])
-    tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
-    plain, rhythm = _levels(stream, tape, "window-gap:gap=0"), _levels(stream, tape, "rhythm:k=16")
-    seen = np.isfinite(plain)
-    assert (rhythm[seen] >= plain[seen]).all()
+    plain, rhythm = _raised_levels(tmp_path, values, (600, 699), "rhythm:k=16")
     # no reading leaves the cycle's range, but sixteen steps into the faster stretch its steps stand far out
     assert np.nanmedian(plain[616:640]) < 3 < np.nanmedian(rhythm[616:640])
+
+
+def test_readout_residuals_vanish_where_the_reading_is_linear_in_the_earlier_representation():
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(600, 6))
+    x = np.full(600, np.nan)
+    x[8:] = z[:-8] @ np.arange(1.0, 7.0) + 2.0  # x_t read off the representation 8 rows earlier
+    miss = prototypes._readout_residuals(z, x, 8, 100, 1e-6)
+    assert np.isnan(miss[:300]).all()  # refitted every 100 rows once 200 pairs are seen: from row 300
+    assert np.nanmax(np.abs(miss[300:])) < 1e-4
+    noise = rng.normal(size=600)  # nothing the representation says: no miss is judged where the readout cannot fit
+    assert np.isnan(prototypes._readout_residuals(z, noise, 8, 100, 1.0, fit=0.5)).all()
+    assert np.isfinite(prototypes._readout_residuals(z, noise, 8, 100, 1.0)[300:]).all()
+
+
+def test_readout_raises_the_level_where_a_cycle_jumps_to_the_wrong_phase_and_never_lowers_it(tmp_path):
+    t = np.arange(900, dtype=np.float64)
+    values = np.sin(2 * np.pi * t / 60)[:, None]
+    values[600:690, 0] = np.sin(2 * np.pi * t[600:690] / 60 + np.pi)  # the same cycle, half a period out
+    plain, readout = _raised_levels(tmp_path, values, (600, 689), "readout:h=8")
+    # inside the cycle's range, so the plain level stays low, but not where the representation said it would be
+    assert np.nanmedian(plain[610:640]) < 3 < np.nanmedian(readout[610:640])
 
 
 def test_prior_spread_widens_only_the_model_signals_prior_and_only_while_patched():
