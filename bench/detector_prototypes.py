@@ -368,13 +368,10 @@ def rhythm(k: int = 16, gain: float = 1.0) -> Prototype:
 def _representations(tape: list, rows: int) -> dict[int, np.ndarray]:
     """Each lane's representation at each row of a tape: ``{lane: [rows, F]}``, NaN where a row has none."""
     out: dict[int, np.ndarray] = {}
-    row = -1
-    for call in tape:
-        if call[0] == "row":
-            row = call[1]
-        elif call[0] == "step" and row >= 0:
-            for lane, z in zip(call[2], call[5]):
-                out.setdefault(int(lane), np.full((rows, len(z)), np.nan))[row] = z
+    steps = [call for call in tape if call[0] == "step"]
+    for row, call in zip(dr.step_rows(tape), steps, strict=True):
+        for lane, z in zip(call[2], call[5]) if row >= 0 else ():
+            out.setdefault(int(lane), np.full((rows, len(z)), np.nan))[row] = z
     return out
 
 
