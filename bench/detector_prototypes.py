@@ -386,15 +386,18 @@ def _readout_residuals(z: np.ndarray, x: np.ndarray, h: int, refit: int, ridge: 
         seen = np.flatnonzero(ok[:start])
         if len(seen) < 200:
             continue
-        a, y = source[seen], x[seen]
-        mean, std = a.mean(axis=0), a.std(axis=0) + 1e-9
-        a = np.column_stack([(a - mean) / std, np.ones(len(a))])
+        mean, std = source[seen].mean(axis=0), source[seen].std(axis=0) + 1e-9
+
+        def design(rows: np.ndarray | slice) -> np.ndarray:
+            return np.column_stack([(source[rows] - mean) / std, np.ones(len(source[rows]))])
+
+        a, y = design(seen), x[seen]
         coef = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ y)
         if fit and np.var(y - a @ coef) > (1 - fit) * np.var(y):
             continue
         block = slice(start, start + refit)
         with np.errstate(invalid="ignore"):
-            out[block] = x[block] - np.column_stack([(source[block] - mean) / std, np.ones(len(x[block]))]) @ coef
+            out[block] = x[block] - design(block) @ coef
     return out
 
 

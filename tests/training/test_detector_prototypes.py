@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trep_edge.runtime.core.detector import MODEL_SIGNALS, SIGNALS, AlertGate, DetectorConfig, SignalStats
+from trep_edge.runtime.core.detector import (
+    MODEL_SIGNALS, SIGNALS, AlertGate, DetectorConfig, SignalPrior, SignalStats,
+)
 from trep_edge.runtime.core.engine import load_engine
 from trep_edge.training.evaluation.detection_corpus import Stream
 
@@ -127,8 +129,6 @@ def test_readout_raises_the_level_where_a_cycle_jumps_to_the_wrong_phase_and_nev
 
 
 def test_prior_spread_widens_only_the_model_signals_prior_and_only_while_patched():
-    from trep_edge.runtime.core.detector import SignalPrior
-
     card = {"signals": list(SIGNALS), "mean": [0.0] * len(SIGNALS), "var": [1.0] * len(SIGNALS), "n": 400}
     with prototypes.parse("prior-spread:k=4;weight=300").patches():
         wide = SignalPrior.from_card(card, SIGNALS, 100)
