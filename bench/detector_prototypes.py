@@ -27,6 +27,9 @@ Prototypes (``KIND:key=value;...``, each key optional):
   learned on a per-stream model's own training readings give way sooner to the readings after them.
 - ``window-gap`` (``gap``): ``deviation``'s level judged against the window less the last ``gap`` readings before the
   scored one (a slow fault then cannot hide in the readings it has already moved).
+- ``context`` (``span``): ``deviation``'s level is the smaller of the committed one and the reading's against its last
+  ``span`` readings: far out only if far out against a longer stretch too, so a daily rise the last
+  ``deviation_window`` readings had not seen stays small.
 - ``seasonal`` (``acf``, ``pmax``): ``deviation``'s level is also the reading's difference from the reading one
   period earlier, judged against the window of such differences; the period is the first autocorrelation peak of at
   least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 % (at least 200 readings).
@@ -278,6 +281,18 @@ def window_gap(gap: int = 4) -> Prototype:
 
     def rewrite(stream: Stream, tape: list) -> list:
         return _with_levels(stream, tape, lambda x: _levels(x, span, int(gap)))
+
+    return Prototype(_no_patches, rewrite)
+
+
+def context(span: int = 1024) -> Prototype:
+    """``deviation``'s level is the smaller of the reading's against the committed window and against its last
+    ``span`` readings: a reading counts as far out only if it is far out in both, so a daily rise that leaves the
+    last few hours' range but not the day's stays small."""
+    committed, span = DetectorConfig().deviation_window, int(span)
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        return _with_levels(stream, tape, lambda x: np.fmin(_levels(x, committed), _levels(x, span)))
 
     return Prototype(_no_patches, rewrite)
 
@@ -652,7 +667,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift, "rhythm": rhythm,
     "skew-scale": skew_scale, "constant-none": constant_none, "segment-novelty": segment_novelty,
     "learn-cap": learn_cap, "discord": discord, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
-    "prior-spread": prior_spread, "readout": readout,
+    "prior-spread": prior_spread, "readout": readout, "context": context,
 }  # fmt: skip
 
 

@@ -198,8 +198,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-stream", nargs="?", const="runs/detect-per-stream", metavar="CACHE",
                         help="one model per stream, from this per-stream cache (default runs/detect-per-stream)")
     parser.add_argument("--categories", default="", metavar="A,B",
-                        help="only the corpus's streams of these categories (comma-separated; default: all), e.g. "
-                        "the general model on the streams the evaluator's protocol trains per-stream models for")
+                        help="only the corpus's streams of these categories (comma-separated; default: all, or with "
+                        "--per-stream those the evaluator's protocol trains models for), e.g. the general model on "
+                        "those streams, or per-stream models on the multi-fault streams too")
     parser.add_argument("--per-stream-train-flags", default="", metavar="FLAGS",
                         help="with --per-stream: trep-edge train flags added to the evaluator's, given with '=': "
                         "--per-stream-train-flags='--seed 1'")
@@ -275,7 +276,9 @@ class Bench:
             except ValueError as exc:
                 raise SystemExit(f"--per-stream-train-flags {args.per_stream_train_flags!r}: {exc}") from None
             models = ps.PerStreamModels(Path(args.per_stream).expanduser(), extra=extra)
-            if from_corpus:  # the evaluator's protocol trains models for these categories only; given streams all
+            if "sepsis" in {s.category for s in streams} and args.categories:
+                raise SystemExit("--categories: sepsis stays are too short to train a per-stream model on")
+            if from_corpus and not args.categories:  # the evaluator's protocol's categories; given streams all
                 streams = [s for s in streams if s.category in ps.CATEGORIES]
             engine_of = models.engine  # one model at a time: 88 onnxruntime sessions at once take about 9 GB
             groups = [[k] for k in range(len(streams))]  # each stream on a detector of its own model's shape

@@ -106,6 +106,20 @@ def test_rhythm_raises_the_level_where_a_smooth_cycle_speeds_up_and_never_lowers
     assert np.nanmedian(plain[616:640]) < 3 < np.nanmedian(rhythm[616:640])
 
 
+def test_context_quiets_a_daily_rise_that_only_the_last_few_hours_had_not_seen_and_never_raises_a_level(tmp_path):
+    rng = np.random.default_rng(4)
+    t = np.arange(1200)
+    values = (3.0 * (t % 400 >= 200) + rng.normal(0, 0.05, len(t)))[:, None]  # on for half of each 400-reading "day"
+    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
+    stream = Stream("day", "synthetic", ["c0"], values, [])
+    tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
+    plain, context = _levels(stream, tape, "window-gap:gap=0"), _levels(stream, tape, "context:span=512")
+    seen = np.isfinite(plain)
+    assert (context[seen] <= plain[seen]).all()
+    # the third day's rise leaves the last 128 readings' range (all off), not the last 512's (half of them on)
+    assert plain[1000] > 20 and context[1000] < 0.1 * plain[1000]
+
+
 def test_readout_residuals_vanish_where_the_reading_is_linear_in_the_earlier_representation():
     rng = np.random.default_rng(0)
     z = rng.normal(size=(600, 6))

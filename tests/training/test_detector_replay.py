@@ -98,6 +98,10 @@ def test_categories_keep_only_the_named_streams_and_are_echoed_runnable(tmp_path
     assert parser.parse_args([*flags, *shlex.split(" ".join(replay_bench.corpus_flags(args)))]) == args
     with pytest.raises(SystemExit, match="no stream of"):
         replay_bench.Bench.load(parser.parse_args([*flags, "--categories", "ucr"]), [one, three])
+    one.category = "sepsis"  # too short a stay to train on: per-stream models are refused it by name
+    per_stream = ["--per-stream", str(tmp_path / "models"), "--categories", "sepsis"]
+    with pytest.raises(SystemExit, match="sepsis stays are too short"):
+        replay_bench.Bench.load(parser.parse_args([*flags, *per_stream]), [one, three])
 
 
 def test_peers_are_chosen_by_name_and_an_unknown_one_is_refused():
