@@ -17,7 +17,8 @@ print for that variant. Peers are not run: their rows are the benchmark's.
 
 `--per-stream` replays the evaluator's protocol instead (`trep-edge eval detect --per-stream-train`): each synthetic,
 archive and UCR stream through its own model from the per-stream cache (trained there first if missing), each
-stream's tape replayed on a detector of its own model's shape and card prior. `--per-stream-train-flags` trains
+stream's tape replayed on a detector of its own model's shape and card prior (`--categories` names other categories
+to train models for, the multi-fault streams as well; never sepsis). `--per-stream-train-flags` trains
 those models with extra `trep-edge train` flags (cached apart), to measure a training setting under the protocol:
 
     python bench/detector_losses.py --per-stream runs/detect-per-stream-seed1 --per-stream-train-flags='--seed 1'
