@@ -78,6 +78,12 @@ def streams(seed: int = 7) -> dict[str, np.ndarray]:
         # straddle the zeros and a sliver of the counts (the tie round).
         "intermittent counts, zero 70 % of the time": np.where(rng.random(LENGTH) < 0.3,
                                                                 rng.integers(1, 50, LENGTH), 0).astype(float),
+        # Signals without noise, and noise on a coarse grid (added after the twenty-one above; the context round): a
+        # sensor that never changes, a clean cycle, an on/off load, a reading logged to three decimals.
+        "constant": np.full(LENGTH, 42.0),
+        "noise-free daily sine": 50 + 20 * daily,
+        "noise-free square wave (on half of each day)": np.where(t % DAY < DAY // 2, 80.0, 20.0),
+        "Gaussian noise on a grid a third of its spread": np.round(rng.normal(0.1, 0.003, LENGTH), 3),
     }
     return {name: values[:, None].astype(np.float64) for name, values in shapes.items()}
 
