@@ -75,13 +75,17 @@ def _levels(stream: Stream, tape: list, spec: str) -> np.ndarray:
     return out
 
 
-def _raised_levels(tmp_path, values: np.ndarray, event: tuple[int, int], spec: str) -> tuple[np.ndarray, np.ndarray]:
-    """The plain ``deviation`` level and ``spec``'s of a univariate stream under the general model, checking that
-    ``spec`` never lowers it."""
+def _plain_and(tmp_path, values: np.ndarray, events: list[tuple[int, int]], spec: str) -> tuple[np.ndarray, np.ndarray]:
+    """The plain ``deviation`` level and ``spec``'s of a univariate stream under the general model."""
     engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
-    stream = Stream(spec, "synthetic", ["c0"], values, [event])
+    stream = Stream(spec, "synthetic", ["c0"], values, events)
     tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
-    plain, raised = _levels(stream, tape, "window-gap:gap=0"), _levels(stream, tape, spec)
+    return _levels(stream, tape, "window-gap:gap=0"), _levels(stream, tape, spec)
+
+
+def _raised_levels(tmp_path, values: np.ndarray, event: tuple[int, int], spec: str) -> tuple[np.ndarray, np.ndarray]:
+    """``_plain_and`` for one event, checking that ``spec`` never lowers the level."""
+    plain, raised = _plain_and(tmp_path, values, [event], spec)
     seen = np.isfinite(plain)
     assert (raised[seen] >= plain[seen]).all()
     return plain, raised
@@ -110,10 +114,7 @@ def test_context_quiets_a_daily_rise_that_only_the_last_few_hours_had_not_seen_a
     rng = np.random.default_rng(4)
     t = np.arange(1200)
     values = (3.0 * (t % 400 >= 200) + rng.normal(0, 0.05, len(t)))[:, None]  # on for half of each 400-reading "day"
-    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
-    stream = Stream("day", "synthetic", ["c0"], values, [])
-    tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
-    plain, context = _levels(stream, tape, "window-gap:gap=0"), _levels(stream, tape, "context:span=512")
+    plain, context = _plain_and(tmp_path, values, [], "context:span=512")
     seen = np.isfinite(plain)
     assert (context[seen] <= plain[seen]).all()
     # the third day's rise leaves the last 128 readings' range (all off), not the last 512's (half of them on)
