@@ -89,6 +89,25 @@ def test_short_streams_are_at_most_2000_readings_with_every_kind_and_size_and_st
     assert all(s.category != "short" for s in dc.corpus(None, True))
 
 
+def test_long_streams_span_weeks_with_zero_to_three_faults_in_their_slots_and_stay_out_of_the_corpus(root):
+    streams = dc.long(root, 15)
+    again = dc.long(root, 15)
+    assert all(np.array_equal(a.values, b.values, equal_nan=True) for a, b in zip(streams, again))
+    assert [len(s.events) for s in streams] == list(dc.LONG_FAULTS) * 3
+    counts = set(dc.count_carriers())
+    assert {s.name.split("#")[0] for s in streams} >= counts  # every count feed, whole
+    for s in streams:
+        carrier = s.name.split("#")[0]
+        assert s.category == "long"
+        assert len(s.values) == 12000 if carrier in counts else 12000 <= len(s.values) < 20000
+        assert len(s.meta["kinds"]) == len(s.events)
+        edges = np.linspace(0.2 * len(s.values), 0.95 * len(s.values), len(s.events) + 1).astype(int)
+        for (onset, last), a, b in zip(s.events, edges[:-1], edges[1:]):
+            assert a <= onset < a + (b - a) // 2 and onset <= last < len(s.values)  # the first half of its slot
+    assert any(s.values.shape[1] > 1 for s in streams)
+    assert all(s.category != "long" for s in dc.corpus(None, True))
+
+
 def test_count_feeds_put_every_kind_on_every_skewed_carrier_at_every_size():
     carriers = dc.count_carriers()
     streams = dc.counts()

@@ -16,6 +16,8 @@
 - ``ucr``: the three UCR anomaly archive series (train part, then one labelled segment in the test part).
 - ``short`` (not in ``corpus``): one-fault streams of the same carriers only 1,000–2,000 readings long, for
   ``bench/short_streams.py``: a per-stream model and the detector's statistics then learn from 150–300 readings.
+- ``long`` (not in ``corpus``): streams of 12,000–20,000 readings with zero to three faults each, for
+  ``bench/long_streams.py``: a false-alarm rate and an alert budget over weeks of a five-minute feed.
 - ``clustered`` (not in ``corpus``): streams of the same carriers with three or four faults a few hundred readings
   apart, for ``bench/clustered_faults.py``: what the alert gate learned from one fault must not silence the next.
 - ``sepsis``: PhysioNet 2019 set B patients with odd ids (never model training data), seven vitals, hourly; the
@@ -176,6 +178,27 @@ def archive(root: Path, count: int, seed: int = 2) -> list[Stream]:
     return streams
 
 
+def _several_faults(
+    name: str, category: str, values: np.ndarray, rng: np.random.Generator, lengths: tuple[int, int], faults: int,
+    all_channels: bool,
+) -> Stream:  # fmt: skip
+    """An excerpt of ``lengths`` readings of a source with ``faults`` faults of random kinds and sizes in its first
+    channel, one in the first half of each equal slot of rows 20–95 % (room for its span)."""
+    block, channels, series = _excerpt(values, rng, lengths, all_channels)
+    t = len(series)
+    edges = np.linspace(0.2 * t, 0.95 * t, faults + 1).astype(int)
+    events, kinds = [], []
+    for a, b in zip(edges[:-1], edges[1:]):
+        kind, size = str(rng.choice(KINDS[:-1])), float(rng.choice(SIZES))
+        onset = int(rng.integers(a, a + (b - a) // 2))
+        series, found = inject(series, kind, size, rng, onset)
+        events += found
+        kinds.append(f"{kind}{size:g}")
+    block[:, 0] = series
+    return Stream(f"{name}:{'+'.join(kinds) or 'none'}", category, [f"c{c}" for c in channels], block, events,
+                  meta={"kinds": kinds})  # fmt: skip
+
+
 def multi(root: Path, count: int, seed: int = 1) -> list[Stream]:
     """``count`` longer streams with two or three faults each, one per slot of rows 20–95 % (module docstring)."""
     rng = np.random.default_rng(seed)
@@ -183,19 +206,30 @@ def multi(root: Path, count: int, seed: int = 1) -> list[Stream]:
     streams = []
     for k in range(count):
         name, values = sources[(k * 5 + 2) % len(sources)]
-        block, channels, series = _excerpt(values, rng, (6000, 9000), k % 4 == 3)
-        t, n = len(series), 2 + k % 2
-        edges = np.linspace(0.2 * t, 0.95 * t, n + 1).astype(int)
-        events, kinds = [], []
-        for a, b in zip(edges[:-1], edges[1:]):
-            kind, size = str(rng.choice(KINDS[:-1])), float(rng.choice(SIZES))
-            onset = int(rng.integers(a, a + (b - a) // 2))  # the first half of its slot: room for its span
-            series, found = inject(series, kind, size, rng, onset)
-            events += found
-            kinds.append(f"{kind}{size:g}")
-        block[:, 0] = series
-        streams.append(Stream(f"{name}#m{k}:{'+'.join(kinds)}", "multi", [f"c{c}" for c in channels], block, events,
-                              meta={"kinds": kinds}))  # fmt: skip
+        streams.append(_several_faults(f"{name}#m{k}", "multi", values, rng, (6000, 9000), 2 + k % 2, k % 4 == 3))
+    return streams
+
+
+LONG_FAULTS = (2, 3, 0, 1, 2)
+"""Faults per ``long`` stream, cycling: 1.6 on average, a fifth of the streams fault-free."""
+
+
+def long(root: Path, count: int, seed: int = 6) -> list[Stream]:
+    """``count`` streams of 12,000–20,000 readings with zero to three faults each (``LONG_FAULTS``), on the ETT
+    carriers long enough and the drawn count feeds (``count_carriers``, 12,000 readings each) in turn (not part of
+    ``corpus``).
+
+    A monitor watches a feed for weeks: a five-minute feed is 12,000 readings in six weeks. The benchmark's streams
+    hold at most 9,000, so a false-alarm rate that is cheap over 4,000 readings, and an alert budget that rarely
+    binds there, are not measured over a long life. ``bench/long_streams.py`` scores the detector on them."""
+    rng = np.random.default_rng(seed)
+    sources = [s for s in _sources(root) if len(s[1]) >= 20000]
+    sources += [(name, values[:, None]) for name, values in count_carriers().items()]
+    streams = []
+    for k in range(count):
+        name, values = sources[k % len(sources)]
+        faults = LONG_FAULTS[k % len(LONG_FAULTS)]
+        streams.append(_several_faults(f"{name}#l{k}", "long", values, rng, (12000, 20000), faults, k % 4 == 3))
     return streams
 
 
