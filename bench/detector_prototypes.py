@@ -51,6 +51,8 @@ Prototypes (``KIND:key=value;...``, each key optional):
   window (counts, bursts) judges its long side by that side's spread.
 - ``constant-none``: no ``deviation`` level for a reading whose earlier window has no spread, instead of one over
   the committed scale floor (1 % of the window's level, in the window's units).
+- ``winsor`` (``clip``): each signal enters its lane's long-run statistics at most ``clip`` of their standard
+  deviations from their mean (``learn-cap`` bounds ``deviation`` alone, in robust units); judged whole as before.
 - ``adaptive-tail`` (``cut``, ``weight``, ``dofs``): each signal of each lane is judged under the tail among ``dofs``
   (``/``-separated even degrees of freedom, 0 for the Gaussian; default 4 to 20 and the Gaussian) whose chance of a value more than ``cut`` standard deviations above the mean
   matches how often the lane's own learned values have been, counted from a start of ``weight`` values at the
@@ -575,6 +577,24 @@ def learn_cap(cap: float = 30.0) -> Prototype:
     return _patching(SignalStats, learn=on_learn)
 
 
+def winsor(clip: float = 3.0) -> Prototype:
+    """Every signal enters its lane's long-run statistics at most ``clip`` of their standard deviations from their
+    mean, on either side; it is still judged whole, and the short-term ring keeps the value as it was.
+
+    A fault's tail that stays under the alert bar (and an ordinary burst) is learned in full and widens the spread
+    for about ``horizon`` readings; clipped, it moves the statistics no more than a tail value would."""
+    learn = SignalStats.learn
+
+    def on_learn(self: SignalStats, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
+        x = np.asarray(x, dtype=np.float64)
+        reach = clip * self._scale(idx)
+        mean = self.mean_[idx]
+        learn(self, idx, np.where(np.isfinite(reach), np.clip(x, mean - reach, mean + reach), x), baseline)
+        self.recent_[idx, :, (self.pos_[idx] - 1) % self.short] = x
+
+    return _patching(SignalStats, learn=on_learn)
+
+
 def adaptive_tail(cut: float = 2.5, weight: float = 200.0, dofs: str = "4/6/8/12/20/0") -> Prototype:
     """Each lane's signals under the tail of ``dofs`` (0: the Gaussian) whose chance of exceeding ``cut`` is nearest
     (in log) to the share of the lane's learned values that did (``SignalStats`` gains that share per lane and
@@ -667,7 +687,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift, "rhythm": rhythm,
     "skew-scale": skew_scale, "constant-none": constant_none, "segment-novelty": segment_novelty,
     "learn-cap": learn_cap, "discord": discord, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
-    "prior-spread": prior_spread, "readout": readout, "context": context,
+    "prior-spread": prior_spread, "readout": readout, "context": context, "winsor": winsor,
 }  # fmt: skip
 
 

@@ -243,6 +243,23 @@ def test_learn_cap_caps_only_deviation_and_only_while_patched():
     assert stats.mean_[0, column] == 505.0
 
 
+def test_winsor_learns_an_outlier_at_clip_deviations_keeps_it_whole_in_the_short_ring_and_only_while_patched():
+    stats = SignalStats(len(SIGNALS), horizon=100, short=5, n_streams=1)
+    idx, learn = np.array([0]), np.array([True])
+    for v in (-1.0, 1.0) * 50:  # every signal: mean 0, standard deviation about 1
+        stats.learn(idx, np.full((1, len(SIGNALS)), v), learn)
+    std = np.sqrt(stats.var_[0].copy())
+    before = stats.mean_[0].copy()
+    with prototypes.parse("winsor:clip=3").patches():
+        stats.learn(idx, np.full((1, len(SIGNALS)), 50.0), learn)
+    # learned as if the value were 3 standard deviations out (the count is capped at the horizon: weight 1/100)
+    np.testing.assert_allclose(stats.mean_[0], before + (before + 3 * std - before) / 100)
+    assert (stats.recent_[0, :, (stats.pos_[0] - 1) % 5] == 50.0).all()  # the short-term mean sees the reading
+    patched = stats.mean_[0].copy()
+    stats.learn(idx, np.full((1, len(SIGNALS)), 50.0), learn)  # unpatched again: the whole value is learned
+    np.testing.assert_allclose(stats.mean_[0], patched + (50.0 - patched) / 100)
+
+
 def test_adaptive_tail_judges_a_heavy_tailed_lane_under_a_heavier_tail_and_only_while_patched():
     rng = np.random.default_rng(0)
     stats_of = lambda: SignalStats(2, horizon=2000, tail_dof=8, n_streams=1)  # noqa: E731
