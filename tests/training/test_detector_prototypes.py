@@ -253,7 +253,7 @@ def test_winsor_learns_an_outlier_at_clip_deviations_keeps_it_whole_in_the_short
     with prototypes.parse("winsor:clip=3").patches():
         stats.learn(idx, np.full((1, len(SIGNALS)), 50.0), learn)
     # learned as if the value were 3 standard deviations out (the count is capped at the horizon: weight 1/100)
-    np.testing.assert_allclose(stats.mean_[0], before + (before + 3 * std - before) / 100)
+    np.testing.assert_allclose(stats.mean_[0], before + 3 * std / 100)
     assert (stats.recent_[0, :, (stats.pos_[0] - 1) % 5] == 50.0).all()  # the short-term mean sees the reading
     patched = stats.mean_[0].copy()
     stats.learn(idx, np.full((1, len(SIGNALS)), 50.0), learn)  # unpatched again: the whole value is learned
