@@ -57,6 +57,8 @@ Prototypes (``KIND:key=value;...``, each key optional):
   (``/``-separated even degrees of freedom, 0 for the Gaussian; default 4 to 20 and the Gaussian) whose chance of a value more than ``cut`` standard deviations above the mean
   matches how often the lane's own learned values have been, counted from a start of ``weight`` values at the
   committed tail's chance; the committed detector judges every lane under ``tail_dof``.
+- ``young-gate`` (``margin``, ``age``): a stream's gate reads each score ``margin · exp(−n / age)`` lower, ``n`` its
+  scored readings: a young stream, whose record, run peaks and budget are still unlearned, needs more surprise.
 - ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
   own degrees of freedom (0: the Gaussian) instead of ``tail_dof`` for all.
 - ``segment-novelty`` (``k``): ``novelty`` of the mean of the lane's last ``k`` representations instead of the last
@@ -559,6 +561,19 @@ def discord(m: int = 32, znorm: float = 1) -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
+def young_gate(margin: float = 1.0, age: float = 1500.0) -> Prototype:
+    """A young stream's gate reads each score ``margin · exp(−n / age)`` lower (``n``: the stream's scored readings),
+    so that its first alerts need more surprise while its record, run peaks and budget are still unlearned; the
+    margin fades with the stream's age, not with its alerts (a budget with no free alerts delayed faults' first
+    alerts in the alert-budget round)."""
+    decide = AlertGate.decide
+
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+        return decide(self, idx, score - margin * np.exp(-self.scored_[idx] / age), stuck)
+
+    return _patching(AlertGate, decide=on_decide)
+
+
 def learn_cap(cap: float = 30.0) -> Prototype:
     """``deviation`` enters its lane's long-run statistics at most ``cap`` (robust units); it is still judged whole.
 
@@ -688,6 +703,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "skew-scale": skew_scale, "constant-none": constant_none, "segment-novelty": segment_novelty,
     "learn-cap": learn_cap, "discord": discord, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
     "prior-spread": prior_spread, "readout": readout, "context": context, "winsor": winsor,
+    "young-gate": young_gate,
 }  # fmt: skip
 
 

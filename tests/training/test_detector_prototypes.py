@@ -291,3 +291,17 @@ def test_signal_tail_judges_each_signal_under_its_own_tail_and_only_while_patche
     assert np.array_equal(stats.surprise(idx, x)[0], committed)  # unpatched again
     with pytest.raises(ValueError, match="signal-tail"):
         prototypes.parse("signal-tail:dofs=8/8")
+
+
+def test_young_gate_holds_back_a_young_streams_marginal_alert_not_an_old_streams_and_only_while_patched():
+    def gate_after(readings: int) -> AlertGate:
+        gate = AlertGate(threshold=4.0, min_count=1, refractory=0, protect=10, n_streams=1)
+        for _ in range(readings):  # quiet readings: the stream ages without alerting
+            gate.decide(np.array([0]), np.array([1.0]))
+        return gate
+
+    idx, marginal = np.array([0]), np.array([4.5])
+    with prototypes.parse("young-gate:margin=1;age=1500").patches():
+        assert not gate_after(1).decide(idx, marginal)[0][0]  # young: read as about 3.5, under the threshold
+        assert gate_after(10_000).decide(idx, marginal)[0][0]  # old: the margin has faded (e^-6.7)
+    assert gate_after(1).decide(idx, marginal)[0][0]  # unpatched again: the young stream alerts
