@@ -230,6 +230,19 @@ def test_a_route_overrides_its_models_settings_only(tmp_path):
     assert load_config(None, env={}).revision != config.revision
 
 
+def test_a_route_may_score_with_the_default_models_file_under_a_name_and_detector_of_its_own(tmp_path):
+    """docs/operations.md: a quieter detector for the topics of long-lived feeds, on the same model."""
+    general = MODELS / "general.onnx"
+    path = tmp_path / "monitor.toml"
+    path.write_text(f'[mqtt]\ntopics = {json.dumps(TOPICS)}\n[model]\npath = "{general}"\n[[routes]]\n'
+                    f'name = "long-lived"\nmatch = "plant/+/+"\nmodel = "{general}"\n'
+                    '[routes.detector]\nhorizon = 4000\nbudget = 4\n')  # fmt: skip
+    routed, default = check_routes(load_config(path, env={}))
+    assert (routed.name, default.name) == ("long-lived", "general")
+    assert (routed.config.detector.horizon, routed.config.detector.budget) == (4000, 4.0)
+    assert (default.config.detector.horizon, default.config.detector.budget) == (500, 8.0)
+
+
 def test_a_stream_id_belongs_to_one_model_a_restored_one_moves_and_bed_events_find_its_model(tmp_path):
     """In process, no broker: the intake of a daemon whose two topics yield the same stream id."""
     ts = float(int(time.time()))
