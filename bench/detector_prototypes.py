@@ -27,9 +27,10 @@ Prototypes (``KIND:key=value;...``, each key optional):
   learned on a per-stream model's own training readings give way sooner to the readings after them.
 - ``window-gap`` (``gap``): ``deviation``'s level judged against the window less the last ``gap`` readings before the
   scored one (a slow fault then cannot hide in the readings it has already moved).
-- ``context`` (``span``): ``deviation``'s level is the smaller of the committed one and the reading's against its last
-  ``span`` readings: far out only if far out against a longer stretch too, so a daily rise the last
-  ``deviation_window`` readings had not seen stays small.
+- ``context`` (``span``, ``where``): ``deviation``'s level is the smaller of the committed one and the reading's against
+  its last ``span`` readings: far out only if far out against a longer stretch too, so a daily rise the last
+  ``deviation_window`` readings had not seen stays small; with ``where`` 1 only where the window's earlier readings
+  are all equal, with 2 only where their quartiles tie (a channel at rest between its stirs).
 - ``seasonal`` (``acf``, ``pmax``): ``deviation``'s level is also the reading's difference from the reading one
   period earlier, judged against the window of such differences; the period is the first autocorrelation peak of at
   least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 % (at least 200 readings).
@@ -251,19 +252,24 @@ def _period(x: np.ndarray, acf: float, pmax: int) -> int:
     return lag
 
 
-def _with_levels(stream: Stream, tape: list, level: Callable[[np.ndarray], np.ndarray]) -> list:
-    """The tape with each step's ``deviation`` level replaced by ``level`` of its channel's raw values at its row.
+def _with_levels(
+    stream: Stream, tape: list, level: Callable[[np.ndarray], np.ndarray], lower: bool = False
+) -> list:
+    """The tape with each step's ``deviation`` level replaced by ``level`` of its channel's raw values at its row
+    (``lower``: by the smaller of the two, the tape's kept where ``level`` is NaN).
 
     Sepsis streams keep their tape: the ICU model's window (49) is shorter than ``deviation_window``, which the raw
     sliding windows here assume."""
     if stream.category == "sepsis":
         return tape
     return _with_channel_levels(tape, [level(stream.values[:, c].astype(np.float64))
-                                       for c in range(stream.values.shape[1])])
+                                       for c in range(stream.values.shape[1])], lower)
 
 
-def _with_channel_levels(tape: list, levels: list[np.ndarray]) -> list:
-    """The tape with each step's ``deviation`` level of channel ``c`` replaced by ``levels[c]`` at the step's row."""
+def _with_channel_levels(tape: list, levels: list[np.ndarray], lower: bool = False) -> list:
+    """The tape with each step's ``deviation`` level of channel ``c`` replaced by ``levels[c]`` at the step's row
+    (``lower``: by the smaller of the two, so that a NaN of ``levels`` keeps the tape's)."""
+    pick = np.fmin if lower else (lambda old, new: new)
     out, row = [], -1
     for call in tape:
         if call[0] == "row":
@@ -271,9 +277,9 @@ def _with_channel_levels(tape: list, levels: list[np.ndarray]) -> list:
         elif call[0] == "step" and row >= 0 and call[6] is not None:
             deviation = call[6].copy()  # [m, 2, C]: a lane per channel ([m, 2, 1]) or one lane of every channel
             if deviation.shape[2] == 1:
-                deviation[:, 0, 0] = [levels[int(lane)][row] for lane in call[2]]
+                deviation[:, 0, 0] = pick(deviation[:, 0, 0], [levels[int(lane)][row] for lane in call[2]])
             else:
-                deviation[0, 0, :] = [level[row] for level in levels]
+                deviation[0, 0, :] = pick(deviation[0, 0, :], [level[row] for level in levels])
             call = (*call[:6], deviation, *call[7:])
         out.append(call)
     return out
@@ -289,14 +295,33 @@ def window_gap(gap: int = 4) -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
-def context(span: int = 1024) -> Prototype:
+def context(span: int = 1024, where: int = 0) -> Prototype:
     """``deviation``'s level is the smaller of the reading's against the committed window and against its last
     ``span`` readings: a reading counts as far out only if it is far out in both, so a daily rise that leaves the
-    last few hours' range but not the day's stays small."""
-    committed, span = DetectorConfig().deviation_window, int(span)
+    last few hours' range but not the day's stays small. ``where`` 1: only where the committed window's earlier
+    readings are all equal; 2: only where their quartiles tie (a channel at rest between bursts, whose every stir
+    was judged on the scale floor), and there the smaller of the tape's level and the longer stretch's, the tape's
+    kept elsewhere (a count channel's on its bent scale); 0: everywhere, both from the raw values."""
+    committed, span, where = DetectorConfig().deviation_window, int(span), int(where)
+    if where not in (0, 1, 2):
+        raise ValueError(f"prototype context: where must be 0 (everywhere), 1 (all equal) or 2 (quartiles tie), "
+                         f"got {where}")
+
+    def level(x: np.ndarray) -> np.ndarray:
+        if not where:
+            return np.fmin(_levels(x, committed), _levels(x, span))
+        earlier = _windows(x, committed)[:, :-1]
+        with warnings.catch_warnings():  # a window before the stream's start is all NaN: never at rest
+            warnings.simplefilter("ignore", RuntimeWarning)
+            if where == 1:
+                rest = np.nanmax(earlier, axis=1) == np.nanmin(earlier, axis=1)
+            else:
+                q25, q75 = np.nanpercentile(earlier, [25, 75], axis=1)
+                rest = q25 == q75
+        return np.where(rest, _levels(x, span), np.nan)  # NaN: the tape's level stays
 
     def rewrite(stream: Stream, tape: list) -> list:
-        return _with_levels(stream, tape, lambda x: np.fmin(_levels(x, committed), _levels(x, span)))
+        return _with_levels(stream, tape, level, lower=bool(where))
 
     return Prototype(_no_patches, rewrite)
 

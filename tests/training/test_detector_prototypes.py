@@ -28,7 +28,7 @@ def _stream() -> Stream:
     return Stream("one", "synthetic", ["c0"], values, [(700, 759)])
 
 
-@pytest.mark.parametrize("spec", ["nope:x=1", "brown:rho", "brown:rho=high", "window-gap:span=3"])
+@pytest.mark.parametrize("spec", ["nope:x=1", "brown:rho", "brown:rho=high", "window-gap:span=3", "context:where=3"])
 def test_a_bad_prototype_is_refused_by_name(spec):
     with pytest.raises(ValueError, match="prototype"):
         prototypes.parse(spec)
@@ -119,6 +119,17 @@ def test_context_quiets_a_daily_rise_that_only_the_last_few_hours_had_not_seen_a
     assert (context[seen] <= plain[seen]).all()
     # the third day's rise leaves the last 128 readings' range (all off), not the last 512's (half of them on)
     assert plain[1000] > 20 and context[1000] < 0.1 * plain[1000]
+
+
+def test_context_at_rest_lowers_only_a_stir_of_a_channel_at_rest_that_its_longer_stretch_has_seen(tmp_path):
+    rng = np.random.default_rng(4)
+    values = np.zeros((900, 1))
+    values[200:300, 0] = 5.0 + rng.normal(0, 1.0, 100)  # a working stretch, then rest
+    values[600, 0] = 4.0  # a stir at rest, inside the working stretch's range
+    plain, rest = _plain_and(tmp_path, values, [], "context:span=512;where=1")
+    moving = np.isfinite(plain) & (np.arange(900) < 600)  # up to the stir every window held the working stretch
+    np.testing.assert_allclose(rest[moving], plain[moving], rtol=1e-4, atol=1e-6)  # not at rest: its level stays
+    assert plain[600] > 20 and rest[600] < 0.1 * plain[600]  # on the rest's scale floor against within the range
 
 
 def test_readout_residuals_vanish_where_the_reading_is_linear_in_the_earlier_representation():
