@@ -298,10 +298,10 @@ def window_gap(gap: int = 4) -> Prototype:
 def context(span: int = 1024, where: int = 0) -> Prototype:
     """``deviation``'s level is the smaller of the reading's against the committed window and against its last
     ``span`` readings: a reading counts as far out only if it is far out in both, so a daily rise that leaves the
-    last few hours' range but not the day's stays small. ``where`` 1: only where the committed window's earlier
-    readings are all equal; 2: only where their quartiles tie (a channel at rest between bursts, whose every stir
-    was judged on the scale floor), and there the smaller of the tape's level and the longer stretch's, the tape's
-    kept elsewhere (a count channel's on its bent scale); 0: everywhere, both from the raw values."""
+    last few hours' range but not the day's stays small. ``where`` 0: everywhere, both levels from the raw values;
+    1 or 2: only where the committed window's earlier readings are all equal (1) or their quartiles tie (2), a
+    channel at rest whose every stir is judged on the scale floor, and there the smaller of the tape's level and the
+    longer stretch's; elsewhere the tape's level stays (a count channel's on its bent scale)."""
     committed, span, where = DetectorConfig().deviation_window, int(span), int(where)
     if where not in (0, 1, 2):
         raise ValueError(f"prototype context: where must be 0 (everywhere), 1 (all equal) or 2 (quartiles tie), "

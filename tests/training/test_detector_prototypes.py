@@ -127,9 +127,11 @@ def test_context_at_rest_lowers_only_a_stir_of_a_channel_at_rest_that_its_longer
     values[200:300, 0] = 5.0 + rng.normal(0, 1.0, 100)  # a working stretch, then rest
     values[600, 0] = 4.0  # a stir at rest, inside the working stretch's range
     plain, rest = _plain_and(tmp_path, values, [], "context:span=512;where=1")
-    moving = np.isfinite(plain) & (np.arange(900) < 600)  # up to the stir every window held the working stretch
-    np.testing.assert_allclose(rest[moving], plain[moving], rtol=1e-4, atol=1e-6)  # not at rest: its level stays
-    assert plain[600] > 20 and rest[600] < 0.1 * plain[600]  # on the rest's scale floor against within the range
+    before = np.isfinite(plain) & (np.arange(900) < 600)
+    # before the stir no level moves: a window not at rest keeps its own, and a 0 at rest stays 0
+    np.testing.assert_allclose(rest[before], plain[before], rtol=1e-4, atol=1e-6)
+    # the stir: far out on the rest's scale floor, inside the range of the last 512 readings
+    assert plain[600] > 20 and rest[600] < 0.1 * plain[600]
 
 
 def test_readout_residuals_vanish_where_the_reading_is_linear_in_the_earlier_representation():
