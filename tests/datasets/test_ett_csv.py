@@ -55,6 +55,15 @@ def test_date_column_becomes_timestamps_and_empty_cells_nan(tmp_path):
     assert series.values[0, 0] == 1.5
 
 
+def test_the_usual_spellings_of_a_missing_reading_are_missing_and_other_text_is_still_refused(tmp_path):
+    rows = "".join(f"2020-01-01 0{k}:00:00,{cell},1\n" for k, cell in enumerate(["null", "NA", "N/A", "None", "-", "7"]))
+    series = load_csv(write(tmp_path, "m.csv", "date,x,y\n" + rows))
+    np.testing.assert_array_equal(np.isnan(series.values[:, 0]), [True] * 5 + [False])
+    assert series.values[5, 0] == 7 and not np.isnan(series.values[:, 1]).any()
+    with pytest.raises(DataFormatError, match="'off' is not a number"):
+        load_csv(write(tmp_path, "t.csv", "date,x\n2020-01-01 00:00:00,off\n"))
+
+
 def test_numeric_first_column_is_a_channel(tmp_path):
     series = load_csv(write(tmp_path, "n.csv", "t,x\n20200101,1\n20200102,2\n"))
     assert series.timestamps is None

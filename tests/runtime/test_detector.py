@@ -139,6 +139,14 @@ def test_memory_writes_every_stride_th_representation_and_forgets_the_oldest():
     assert memory.novelty(rows(0), np.array([[0.0]]))[0] == 4.0
 
 
+def test_a_representation_beyond_float16_is_remembered_finite_and_keeps_novelty_comparable():
+    # A model fed far outside its training range (a near-flat training slice, then real moves) emits huge values.
+    memory = RepresentationMemory(dims=1, memory=4, stride=1, exclusion=0, n_streams=1)
+    memory.remember(rows(0), np.array([[1e9]]))
+    assert np.isfinite(memory.ring_[0, 0, 0]) and memory.ring_[0, 0, 0] == np.finfo(np.float16).max
+    assert np.isfinite(memory.novelty(rows(0), np.array([[0.0]]))[0])
+
+
 # SignalStats
 
 

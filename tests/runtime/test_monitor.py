@@ -235,6 +235,11 @@ def test_absurd_values_are_implausible_without_declared_ranges_and_offline_agree
     expected = detect_recording(vitals_engine, raw, cold(5))
     np.testing.assert_array_equal([s.raw for s in scored], expected.raw)  # offline files it as missing too
     assert np.isnan(values[40, 0]) and values[70, 0] == 1000.0
+    # ... and pages it as the daemon does: its row alerts, the fault is raised there and cleared by the next value.
+    sensor = [(t, state, alert_id, cause) for t, state, _, alert_id, cause in expected.events if cause == "implausible"]
+    assert sensor == [(40, "raised", "recording:sensor:HR", "implausible"),
+                      (41, "cleared", "recording:sensor:HR", "implausible")]  # fmt: skip
+    assert expected.alerts[40] and not expected.alerts[41]
 
 
 def test_removing_a_stream_clears_its_open_sensor_faults(vitals_engine):

@@ -207,6 +207,11 @@ def test_a_count_channel_reaches_the_model_as_asinh_of_its_ratio_to_its_level_an
     np.testing.assert_allclose(high[:2], 1e6 * counts[:2], rtol=1e-6)
     np.testing.assert_allclose(low[:2], -1e6 * counts[:2], rtol=1e-6)
     assert high[2] == pytest.approx(norm.mean[2] + 1e6 * norm.std[2])
+    # A channel that held almost still in training: its range is a million times 1 % of its level, not a million of
+    # its tiny deviations (5 ± 40 filed every ordinary move of a setpoint as a broken sensor).
+    still = ModelCard("m", ["s"], {"mean": [5.0], "std": [4e-5]}, 0, "relative", "time2vec", 8, 4, 1)
+    low, high = plausible_bounds(still)
+    assert high[0] == pytest.approx(5 + 5e4, rel=1e-6) and low[0] == pytest.approx(5 - 5e4, rel=1e-6)
     # Logarithmic well above the level: 8 times a rate of 5 c is as far from it as 8 times 10 c from 10 c; linear
     # below it, so a drop to 0 from c is as far as from 0 to c.
     bend = np.arcsinh(np.float64([5, 40, 10, 80, 0, 1]))

@@ -36,6 +36,10 @@ class Series:
     labels: np.ndarray | None = None
 
 
+MISSING_CELLS = frozenset({"", "null", "NULL", "Null", "NA", "N/A", "n/a", "None", "none", "-"})
+"""Cells that spell a missing reading in exports from databases, historians and spreadsheets (``nan`` parses as a
+number already): refusing the whole file over them made a user rewrite it before any model could read it."""
+
 LABEL_COLUMNS = ("label", "is_anomaly", "anomaly")
 """Column names (any case) that hold 0/1 anomaly labels: a labelled export names its answer so, and fed to a model
 as a sensor channel it would make the detector read the answer (``load_csv`` keeps it apart)."""
@@ -72,7 +76,7 @@ def load_csv(
     read = keep + label_at
     try:
         matrix = parse_matrix([[row[i] for i in read] for row in rows], columns=[columns[i] for i in read],
-                              source=table.source, line_numbers=table.line_numbers, missing={""})  # fmt: skip
+                              source=table.source, line_numbers=table.line_numbers, missing=MISSING_CELLS)  # fmt: skip
     except DataFormatError as e:
         # Row lengths are checked above, so the one refusal left is a cell that is not a number. A text column (a
         # status, a unit) is common in historian exports: when the columns were not named, say how to leave it out.

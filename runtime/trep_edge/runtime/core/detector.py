@@ -107,6 +107,8 @@ one block (an eighth)."""
 STUCK_MIN_RUN = 3
 """Identical readings in a row before a run may count as stuck (``StuckRecord``): two equal readings of a continuous
 signal happen; three, where the stream never repeats, are a frozen sensor's first sign."""
+F16_MAX = float(np.finfo(np.float16).max)
+"""The largest float16: the representation memory's entries are kept within it."""
 
 
 def transform_signals(values: np.ndarray, signals: tuple[str, ...]) -> np.ndarray:
@@ -652,7 +654,9 @@ class RepresentationMemory(StreamState):
         """Count one reading for each selected lane; write its representation when its stride comes round."""
         due = self.phase_[idx] % self.stride == 0
         rows = idx[due]
-        self.ring_[rows, self.written_[rows] % self.memory] = z[due].astype(np.float16)
+        # A model fed far outside its training range can emit representations beyond float16: kept finite, such a
+        # memory stays comparable (an infinite entry made every later distance to it infinite or NaN).
+        self.ring_[rows, self.written_[rows] % self.memory] = np.clip(z[due], -F16_MAX, F16_MAX).astype(np.float16)
         self.written_[rows] += 1
         self.phase_[idx] += 1
 

@@ -138,8 +138,9 @@ class AlertOut:
 @dataclass
 class SensorEvent:
     """A sensor fault of one channel: ``raised`` by an implausible value, ``cleared`` by a plausible one (or the
-    stream's removal); ``value`` is the value that changed the state (NaN on removal). Channel ``DISCONNECTED``: the
-    stream's sensor is not connected (raised by a disconnected reading, cleared by a reading with a value)."""
+    stream's removal); ``value`` is the value that changed the state (NaN on removal) and ``timestamp`` the reading's
+    (the removal's clock time). Channel ``DISCONNECTED``: the stream's sensor is not connected (raised by a
+    disconnected reading, cleared by a reading with a value)."""
 
     stream: str
     channel: str
@@ -153,6 +154,11 @@ class SensorEvent:
     def fault(self) -> str:
         """``implausible`` (a channel's value out of range) or ``disconnected`` (the stream's sensor)."""
         return "disconnected" if self.channel == DISCONNECTED else "implausible"
+
+    @property
+    def alert_id(self) -> str:
+        """The fault's id on the alerts topic: ``stream:sensor:channel`` (``stream:sensor`` for the stream's sensor)."""
+        return f"{self.stream}:sensor" + (f":{self.channel}" if self.channel else "")
 
 
 @dataclass
@@ -318,7 +324,7 @@ class Monitor:
                 bad[channel] = float(value)
         return bad
 
-    def _track_faults(self, reading: Reading, bad: dict[str, float], stamp: float) -> None:
+    def _track_faults(self, reading: Reading, bad: dict[str, float]) -> None:
         """Raise a sensor fault for each newly implausible channel of an accepted reading, clear recovered ones."""
         faults = self._faults.get(reading.stream, set())
         self._counters["implausible_values"] += len(bad)
@@ -327,13 +333,13 @@ class Monitor:
                 continue  # no change; a missing value (NaN) says nothing about the sensor
             if channel in bad:
                 faults.add(channel)
-                self._sensor_event(reading.stream, channel, "raised", bad[channel], stamp)
+                self._sensor_event(reading.stream, channel, "raised", bad[channel], reading.timestamp)
             else:
                 faults.discard(channel)
-                self._sensor_event(reading.stream, channel, "cleared", float(value), stamp)
+                self._sensor_event(reading.stream, channel, "cleared", float(value), reading.timestamp)
         if DISCONNECTED in faults and any(v == v for v in reading.values.values()):
             faults.discard(DISCONNECTED)
-            self._sensor_event(reading.stream, DISCONNECTED, "cleared", math.nan, stamp)
+            self._sensor_event(reading.stream, DISCONNECTED, "cleared", math.nan, reading.timestamp)
         if faults:
             self._faults[reading.stream] = faults
         else:
@@ -393,7 +399,7 @@ class Monitor:
         stamp = time.time() if now is None else now
         self._stream_rows.seen[self._index[reading.stream]] = stamp
         if bad or reading.stream in self._faults:
-            self._track_faults(reading, bad, stamp)
+            self._track_faults(reading, bad)
         return None
 
     def _disconnected(self, reading: Reading, now: float | None) -> None:
@@ -407,7 +413,7 @@ class Monitor:
         faults = self._faults.setdefault(reading.stream, set())
         if DISCONNECTED not in faults:
             faults.add(DISCONNECTED)
-            self._sensor_event(reading.stream, DISCONNECTED, "raised", math.nan, stamp)
+            self._sensor_event(reading.stream, DISCONNECTED, "raised", math.nan, reading.timestamp)
         return None
 
     def period_mismatches(self, factor: float = 2.0) -> dict[str, float]:

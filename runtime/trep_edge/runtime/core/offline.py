@@ -95,10 +95,10 @@ class Detection:
     raw: np.ndarray  # the paper's masked-vs-unmasked distance, summed over lanes
     surprise: np.ndarray  # the detector's corrected surprise
     score: np.ndarray  # the detector's score (NaN while warming)
-    alerts: np.ndarray  # the detector's decisions
+    alerts: np.ndarray  # the detector's decisions, and the rows that raised a sensor fault
     warming: np.ndarray
     lane: np.ndarray  # the column (lane) behind each row's score; -1: none
-    # (row, state, severity, alert_id, cause)
+    # (row, state, severity, alert_id, cause): alert episodes, and sensor faults (cause: the fault, no severity)
     events: list[tuple[int, str, str, str, str]] = field(default_factory=list)
     # row -> the explanation of the episode raised or updated at that row ([alerts] explain)
     explanations: dict[int, Explanation] = field(default_factory=dict)
@@ -162,6 +162,13 @@ def detect_recording(
             out.events.append((t, a.state, a.severity, a.alert_id, a.cause))
             if a.explanation is not None:
                 out.explanations[t] = a.explanation
+        for e in result.sensor:
+            # The daemon pages a sensor fault on the alerts topic: a value so far out that it is filed as missing is
+            # reported, not dropped without a word (an idle feed's first busy value against a model of the idle part).
+            t = row_of[e.timestamp]
+            out.events.append((t, e.state, "", e.alert_id, e.fault))
+            out.alerts[t] |= e.state == "raised"
+    out.events.sort(key=lambda event: event[0])
     return out
 
 

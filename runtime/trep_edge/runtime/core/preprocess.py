@@ -266,15 +266,19 @@ def scale_windows(scaler: StreamScaler, rows: np.ndarray, windows: np.ndarray, l
 IMPLAUSIBLE_SCALES = 1e6
 """A value further than this many of the card's training standard deviations from its training mean is no reading
 of the process: a unit slip or a corrupted register (heart rate 1e15), not a heart."""
+IMPLAUSIBLE_LEVEL = 0.01
+"""The training standard deviation that sets a channel's plausible range counts as at least this share of its training
+mean's magnitude: a channel that held almost still while the model learned (a setpoint at 5.0 ± 0.00004) says
+nothing of how far it may move, and a million of its tiny deviations filed an ordinary move as a broken sensor."""
 IMPLAUSIBLE_MAGNITUDE = 1e30
 """Beyond this magnitude no sensor reading is plausible for any model, and float32 windows would overflow."""
 
 
 def plausible_bounds(card: ModelCard) -> tuple[np.ndarray, np.ndarray]:
     """Per card channel, the lowest and highest plausible value: the card's declared ``ranges``, within
-    ``IMPLAUSIBLE_SCALES`` training standard deviations (count levels on a count channel) for a card-normalised,
-    undifferenced model, within ±``IMPLAUSIBLE_MAGNITUDE`` always. A channel-independent model's one channel bounds
-    every channel it is applied to.
+    ``IMPLAUSIBLE_SCALES`` training standard deviations (at least ``IMPLAUSIBLE_LEVEL`` of the training mean's
+    magnitude; count levels on a count channel) for a card-normalised, undifferenced model, within
+    ±``IMPLAUSIBLE_MAGNITUDE`` always. A channel-independent model's one channel bounds every channel it is applied to.
 
     A value outside is treated as missing (and reported as a sensor fault) instead of being scored: one absurd value
     in a window would otherwise dominate the model's input for a whole window length.
@@ -286,7 +290,8 @@ def plausible_bounds(card: ModelCard) -> tuple[np.ndarray, np.ndarray]:
         # A count channel's std is one of asinh(x / c), whose multiples in reading units grow without bound: its
         # level c is the unit there instead (a million times the usual count is a corrupted register too).
         level = np.zeros(card.input_dims) if norm.counts is None else norm.counts
-        centre, unit = np.where(level > 0, 0.0, norm.mean), np.where(level > 0, level, norm.std)
+        spread = np.maximum(norm.std, IMPLAUSIBLE_LEVEL * np.abs(norm.mean))
+        centre, unit = np.where(level > 0, 0.0, norm.mean), np.where(level > 0, level, spread)
         low = np.maximum(low, centre - IMPLAUSIBLE_SCALES * unit)
         high = np.minimum(high, centre + IMPLAUSIBLE_SCALES * unit)
     for c, name in enumerate(card.channels):

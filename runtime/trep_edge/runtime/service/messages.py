@@ -71,7 +71,7 @@ def sensor_message(event: SensorEvent, engine: Engine, revision: str) -> dict[st
     """A sensor fault (docs/alerts.md): a channel sent a value outside its plausible range, or the stream said its
     sensor is disconnected; or it recovered."""
     return _envelope("sensor", engine, revision, {
-        "alert_id": f"{event.stream}:sensor" + (f":{event.channel}" if event.channel else ""),
+        "alert_id": event.alert_id,
         "stream": event.stream,
         "channel": event.channel or None,
         "fault": event.fault,
