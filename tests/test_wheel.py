@@ -100,7 +100,7 @@ def test_cpu_install_checks_scores_and_inits_without_torch(wheel, tmp_path):
     assert "runtime imports torch: no" in doctor.stdout and doctor.stdout.rstrip().endswith("OK")
     csv_in, csv_out = _vitals_csv(tmp_path / "vitals.csv"), tmp_path / "out" / "vitals.csv"
     score = _run(bin_dir / "trep-edge", "score", csv_in, "--model", model, "--no-plot", "--out", csv_out)
-    assert "120 steps scored with icu-vitals" in score.stdout
+    assert "120 rows scored with icu-vitals" in score.stdout
     assert len(csv_out.read_text().splitlines()) == 121
     plot = _run(bin_dir / "trep-edge", "score", csv_in, "--model", model, "--out", csv_out, check=False)
     _one_line_hint(plot, "plot")

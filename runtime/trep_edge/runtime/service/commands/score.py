@@ -11,6 +11,11 @@ from pathlib import Path
 from trep_edge.help_format import HelpFormatter
 
 
+CAUSE_WORDS = {"stuck": "stuck sensor", "implausible": "sensor fault: implausible value",
+               "disconnected": "sensor fault: disconnected"}
+"""How an episode's cause reads in the summary (an anomaly episode needs no word beyond its severity)."""
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """The ``trep-edge score`` subcommand's arguments."""
     p = subparsers.add_parser(
@@ -45,6 +50,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     """``trep-edge score``: score a recorded file offline; write the CSV and the PNG."""
+    import numpy as np
+
     from trep_edge.runtime.service.config import load_config
     from trep_edge.runtime.core.engine import load_engine
     from trep_edge.datasets.paths import resolve
@@ -76,13 +83,16 @@ def run(args: argparse.Namespace) -> int:
     result = score_recording(engine, series, config.alerts, config.detector, windows)
     stem = Path(args.out or f"runs/score/{series.stream}.csv")
     write_csv(result, stem)
-    print(f"{series.stream}: {len(result.raw)} steps scored with {engine.card.name} (sha256 {engine.sha256[:12]})")
+    judged = int(np.isfinite(result.surprise).sum())
+    print(f"{series.stream}: {len(result.raw)} rows scored with {engine.card.name} (sha256 {engine.sha256[:12]}); "
+          f"{len(result.raw) - judged} of them without a surprise (missing or implausible values, warm-up, or a "
+          "timestamp merged into an earlier row's step)")  # fmt: skip
     print(f"detector alerts at steps {result.alerts.nonzero()[0].tolist()[:20]}"
           + (" ..." if result.alerts.sum() > 20 else ""))  # fmt: skip
     for step, state, severity, alert_id, cause in result.events:
         why = result.explanations.get(step)
-        print(f"  step {step}: {alert_id} {state} ({severity}" + (", stuck sensor" if cause == "stuck" else "") + ")"
-              + (f", top: {', '.join(why.top)}" if why else ""))
+        kind = ", ".join(filter(None, [severity, CAUSE_WORDS.get(cause, "")]))
+        print(f"  step {step}: {alert_id} {state} ({kind})" + (f", top: {', '.join(why.top)}" if why else ""))
     if result.labels is not None and result.labels.any():
         idx = result.labels.nonzero()[0]
         print(f"labelled anomaly steps {idx[0]}..{idx[-1]} ({int(result.labels.sum())} steps)")
