@@ -25,6 +25,14 @@ Prototypes (``KIND:key=value;...``, each key optional):
 - ``early-horizon`` (``early``, ``age``): the model signals' statistics (``MODEL_SIGNALS``) forget at a horizon of
   ``early`` values until their lane has learned ``age`` readings, then at the committed horizon, so that statistics
   learned on a per-stream model's own training readings give way sooner to the readings after them.
+- ``growing-horizon`` (``share``, ``most``): each lane's statistics forget at a horizon of ``share`` of the readings
+  it has learned, from the committed horizon up to ``most``: a long-lived stream's baseline spans more of its life.
+- ``slow-floor`` (``share``, ``slow``): each signal's variance at least ``share`` of a slow variance (horizon ``slow``)
+  learned from the same values, so a quiet stretch cannot narrow a long-lived stream's spread below its life's.
+- ``run-rate`` (``k``, ``span``, ``memory``): the bar is also the ``k``-th largest peak, at full height, of the
+  stream's runs that ended within the last ``span`` steps: spikes that recur every few hundred readings stop alerting.
+- ``step-full`` (``m``): a step at least ``m`` times the bar a step must reach to count enters ``deviation`` in full
+  instead of as the root of level and step, so a large jump inside a smooth cycle's range reads as large.
 - ``window-gap`` (``gap``): ``deviation``'s level judged against the window less the last ``gap`` readings before the
   scored one (a slow fault then cannot hide in the readings it has already moved).
 - ``context`` (``span``, ``where``): ``deviation``'s level is the smaller of the committed one and the reading's against
@@ -201,6 +209,122 @@ def early_horizon(early: float = 300, age: float = 1500) -> Prototype:
         learn(self, idx, x, baseline)
 
     return _patching(SignalStats, learn=on_learn)
+
+
+def growing_horizon(share: float = 0.25, most: float = 4000) -> Prototype:
+    """Each lane's statistics forget at a horizon of ``share`` of the readings it has learned (at least the committed
+    ``horizon``, at most ``most``): a young stream keeps a current baseline, and a long-lived one's baseline stops
+    following the quiet stretches between its bursts."""
+    learn = SignalStats.learn
+
+    def on_learn(self: SignalStats, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
+        committed = self.horizon
+        cap = np.clip((share * self.pos_[idx]).astype(np.int64), committed, int(most))
+        self.count_[idx] = np.minimum(self.count_[idx], cap[:, None] - 1)
+        self.pairs_[idx] = np.minimum(self.pairs_[idx], cap - 1)
+        self.horizon = np.iinfo(np.int64).max  # the caps above stand in for it during this call
+        try:
+            learn(self, idx, x, baseline)
+        finally:
+            self.horizon = committed
+
+    return _patching(SignalStats, learn=on_learn)
+
+
+def slow_floor(share: float = 0.5, slow: float = 4000) -> Prototype:
+    """Each signal's variance is at least ``share`` of a slow one (a horizon of ``slow`` values, learned from the same
+    values as the committed statistics), which still learn and forget at the committed horizon: a quiet stretch no
+    longer narrows a long-lived stream's spread below what its life has shown, while its mean and the spread above
+    that floor recover from a disturbance as fast as before."""
+    learn, scale = SignalStats.learn, SignalStats._scale
+
+    def slow_arrays(self: SignalStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        shape = self.count_.shape
+        if getattr(self, "slow_", None) is None or self.slow_[0].shape != shape:
+            old = getattr(self, "slow_", None)
+            fresh = (np.zeros(shape, dtype=np.int64), np.zeros(shape), np.zeros(shape))
+            if old is not None:
+                for new_part, old_part in zip(fresh, old):
+                    new_part[: len(old_part)] = old_part
+            self.slow_ = fresh
+        return self.slow_
+
+    def on_learn(self: SignalStats, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
+        count, mean, var = slow_arrays(self)
+        ok = np.isfinite(x) & np.asarray(baseline, dtype=bool)[:, None]
+        delta = np.where(ok, x - mean[idx], 0.0)
+        n = np.where(ok, np.minimum(count[idx] + 1, int(slow)), count[idx])
+        a = np.where(ok, 1.0 / np.maximum(n, 1), 0.0)
+        mean[idx] += a * delta
+        var[idx] = (1 - a) * (var[idx] + a * delta**2)
+        count[idx] = n
+        learn(self, idx, x, baseline)
+
+    def on_scale(self: SignalStats, idx: np.ndarray) -> np.ndarray:
+        count, _, var = slow_arrays(self)
+        floor = np.where(count[idx] >= 2, share * var[idx], 0.0)
+        std = np.sqrt(np.fmax(self.var_[idx], floor))
+        return np.where((self.count_[idx] >= 2) & (std > 0), std, np.nan)
+
+    return _patching(SignalStats, learn=on_learn, _scale=on_scale)
+
+
+def run_rate(k: float = 2, span: float = 1500, memory: float = 8) -> Prototype:
+    """The bar is also the ``k``-th largest peak of the stream's runs at or above the threshold that ended within the
+    last ``span`` steps, at its full height (the committed run peaks lose ``peak_decay`` per reading, so spikes that
+    recur every few hundred readings each beat the decayed peaks of the ones before); ``memory`` runs remembered.
+
+    An alert that does not reach that bar is undone: the refractory period, budget, schedule and last-alert score
+    stay as they were before it, and its run may still alert later in the run if it reaches the bar."""
+    decide, kth, size = AlertGate.decide, int(k), int(memory)
+
+    def rings(self: AlertGate) -> tuple[np.ndarray, np.ndarray]:
+        n = len(self.scored_)
+        old = getattr(self, "rate_", None)
+        if old is None or len(old[0]) != n:
+            fresh = (np.full((n, size), -np.inf), np.full((n, size), -10**12, dtype=np.int64))
+            if old is not None:
+                fresh[0][: len(old[0])], fresh[1][: len(old[1])] = old
+            self.rate_ = fresh
+        return self.rate_
+
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+        peak, end = rings(self)
+        now = self.steps_[idx] + 1
+        recent = np.where(now[:, None] - end[idx] <= span, peak[idx], -np.inf)
+        bar = -np.sort(-recent, axis=1)[:, kth - 1]
+        before = {name: getattr(self, name)[idx].copy() for name in ("since_", "last_", "spent_", "times_", "run_")}
+        alert, warming, learn, frozen = decide(self, idx, score, stuck)
+        with np.errstate(invalid="ignore"):
+            veto = alert & ~frozen & (score >= self.threshold) & (score <= bar)
+        rows = idx[veto]
+        self.since_[rows] = np.minimum(before["since_"][veto] + 1, self.refractory + 1)
+        self.last_[rows] = before["last_"][veto]
+        self.spent_[rows] -= 1
+        self.times_[rows] = before["times_"][veto]
+        self.alerted_[rows] = False
+        ended = np.isfinite(before["run_"]) & ~np.isfinite(self.run_[idx])
+        for row in np.flatnonzero(ended):  # the run's peak joins the ring in place of its oldest entry
+            s = idx[row]
+            oldest = int(np.argmin(end[s]))
+            peak[s, oldest], end[s, oldest] = before["run_"][row], now[row]
+        return alert & ~veto, warming, learn, frozen
+
+    return _patching(AlertGate, decide=on_decide)
+
+
+def step_full(m: float = 3.0) -> Prototype:
+    """A step at least ``m`` times the bar a step must reach to count (``step_record`` times the channel's recent
+    record) counts in ``deviation`` in full, not as the root of level and step: a jump of tens of noise scales inside
+    a smooth cycle's range (a daily curve lifted at once) read as about 2 robust scales and never alerted."""
+    fold = detector_module.fold_step
+
+    def on_fold(parts: np.ndarray, bar: np.ndarray) -> np.ndarray:
+        out, step = fold(parts, bar), parts[:, 1]
+        with np.errstate(invalid="ignore"):
+            return np.where(step >= m * bar, np.fmax(out, step), out)
+
+    return _patching(detector_module, fold_step=on_fold)
 
 
 def prior_spread(k: float = 2.0, weight: float = 0) -> Prototype:
@@ -728,7 +852,9 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "skew-scale": skew_scale, "constant-none": constant_none, "segment-novelty": segment_novelty,
     "learn-cap": learn_cap, "discord": discord, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
     "prior-spread": prior_spread, "readout": readout, "context": context, "winsor": winsor,
-    "young-gate": young_gate,
+    "young-gate": young_gate, "growing-horizon": growing_horizon,
+    "slow-floor": slow_floor, "run-rate": run_rate,
+    "step-full": step_full,
 }  # fmt: skip
 
 

@@ -318,3 +318,63 @@ def test_young_gate_holds_back_a_young_streams_marginal_alert_not_an_old_streams
         assert not gate_after(1).decide(idx, marginal)[0][0]  # young: read as about 3.5, under the threshold
         assert gate_after(10_000).decide(idx, marginal)[0][0]  # old: the margin has faded (e^-6.7)
     assert gate_after(1).decide(idx, marginal)[0][0]  # unpatched again: the young stream alerts
+
+
+def test_run_rate_quiets_spikes_recurring_every_few_hundred_readings_not_a_louder_one_and_only_while_patched():
+    def alerts() -> list[int]:
+        gate = AlertGate(threshold=4.0, min_count=10, protect=200, refractory=200, peaks=3, peak_decay=0.005,
+                         n_streams=1)  # fmt: skip
+        out = []
+        for t in range(4000):  # a normal spike of surprise 15 every 300 readings, and one of 25 at 3,250
+            score = 25.0 if t == 3250 else 15.0 if t % 300 == 0 and t else 1.0
+            if gate.decide(np.array([0]), np.array([score]))[0][0]:
+                out.append(t)
+        return out
+
+    committed = alerts()
+    with prototypes.parse("run-rate:k=2;span=1500").patches():
+        patched = alerts()
+    assert len(committed) == 13 and 3250 in committed  # every spike beats the decayed peaks of the ones before it
+    assert patched == [300, 600, 3250]  # two runs of 15 within 1,500 steps make 15 the stream's normal
+    assert alerts() == committed  # unpatched again
+
+
+def test_growing_horizon_lets_an_old_lanes_statistics_remember_longer_only_while_patched():
+    def counts_after(readings: int) -> int:
+        stats = SignalStats(k=1, horizon=100, short=1, n_streams=1)
+        for v in np.random.default_rng(0).normal(size=readings):
+            stats.learn(np.array([0]), np.array([[v]]), np.array([True]))
+        return int(stats.count_[0, 0])
+
+    with prototypes.parse("growing-horizon:share=0.25;most=400").patches():
+        assert counts_after(300) == 100  # a quarter of 300 is under the committed horizon: it holds
+        assert counts_after(1000) == 249 and counts_after(3000) == 400  # a quarter of the readings, up to most
+    assert counts_after(3000) == 100  # unpatched again
+
+
+def test_slow_floor_keeps_a_quiet_stretch_from_narrowing_the_spread_below_the_slow_one_only_while_patched():
+    def scale_after() -> float:
+        stats = SignalStats(k=1, horizon=50, short=1, n_streams=1)
+        rng = np.random.default_rng(1)
+        for v in np.r_[rng.normal(0, 3, 400), rng.normal(0, 0.1, 400)]:  # a lively stretch, then a quiet one
+            stats.learn(np.array([0]), np.array([[v]]), np.array([True]))
+        return float(stats._scale(np.array([0]))[0, 0])
+
+    committed = scale_after()
+    with prototypes.parse("slow-floor:share=0.5;slow=4000").patches():
+        floored = scale_after()
+    assert committed < 0.2 and floored > 1.2  # the slow spread (about 2) floors it at sqrt(0.5) of itself
+    assert scale_after() == committed  # unpatched again
+
+
+def test_step_full_counts_a_step_far_beyond_its_bar_in_full_and_leaves_the_rest_to_the_root():
+    from trep_edge.runtime.core import detector as detector_module
+
+    parts = np.array([[[0.5, 0.5], [7.5, 2.5]]])  # [n, 2, C]: the level and the step of two channels
+    bar = np.array([[3.0, 1.5]])
+    committed = detector_module.fold_step(parts, bar)
+    with prototypes.parse("step-full:m=2").patches():
+        patched = detector_module.fold_step(parts, bar)
+    # Channel 0: step 7.5 is 2.5 bars (the root read sqrt(0.5 * 7.5) = 1.9); channel 1: step 2.5 is under 2 bars.
+    assert committed[0, 0] == pytest.approx(np.sqrt(0.5 * 7.5)) and patched[0, 0] == 7.5
+    assert patched[0, 1] == committed[0, 1] == pytest.approx(np.sqrt(0.5 * 2.5))
