@@ -21,8 +21,8 @@ CSV_FORMAT = (
     "(1714564800000; a _ms / [ms] unit in the name forces milliseconds). A column named label, is_anomaly or "
     "anomaly holds 0/1 anomaly labels and is never a sensor channel (trep-edge score reports it beside the scores). "
     "Every other column is a numeric sensor channel; empty cells and null, NULL, NA, N/A, None and - are missing "
-    "readings; --channels names the ones to "
-    "read and leaves the rest (text columns included) unread. Other date formats (e.g. 05/01/2024) are refused."
+    "readings; --channels names the ones to read and leaves the rest (text columns included) unread. Other date "
+    "formats (e.g. 05/01/2024) are refused."
 )
 
 ACCEPTED = (
