@@ -101,6 +101,7 @@ from trep_edge.runtime.core.detector import (
     window_deviation,
 )
 from trep_edge.runtime.core.preprocess import robust_location_scale
+from trep_edge.runtime.core.stream_state import StreamState
 from trep_edge.training.evaluation.detection_corpus import Stream
 from trep_edge.training.evaluation.detection_metrics import probation
 
@@ -231,6 +232,17 @@ def growing_horizon(share: float = 0.25, most: float = 4000) -> Prototype:
     return _patching(SignalStats, learn=on_learn)
 
 
+def _companion(host: StreamState, name: str, make: Callable[[], StreamState]) -> StreamState:
+    """A prototype's own per-stream state kept beside ``host``'s as ``name``: made on first use, and given the streams
+    ``host`` has added since."""
+    if name not in host.__dict__:
+        setattr(host, name, make())
+    part = host.__dict__[name]
+    if part.n_streams < host.n_streams:
+        part.add_streams(host.n_streams - part.n_streams)
+    return part
+
+
 def slow_floor(share: float = 0.5, slow: float = 4000) -> Prototype:
     """Each signal's variance is at least ``share`` of a slow one (a horizon of ``slow`` values, learned from the same
     values as the committed statistics), which still learn and forget at the committed horizon: a quiet stretch no
@@ -238,35 +250,36 @@ def slow_floor(share: float = 0.5, slow: float = 4000) -> Prototype:
     that floor recover from a disturbance as fast as before."""
     learn, scale = SignalStats.learn, SignalStats._scale
 
-    def slow_arrays(self: SignalStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        shape = self.count_.shape
-        if getattr(self, "slow_", None) is None or self.slow_[0].shape != shape:
-            old = getattr(self, "slow_", None)
-            fresh = (np.zeros(shape, dtype=np.int64), np.zeros(shape), np.zeros(shape))
-            if old is not None:
-                for new_part, old_part in zip(fresh, old):
-                    new_part[: len(old_part)] = old_part
-            self.slow_ = fresh
-        return self.slow_
-
     def on_learn(self: SignalStats, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
-        count, mean, var = slow_arrays(self)
-        ok = np.isfinite(x) & np.asarray(baseline, dtype=bool)[:, None]
-        delta = np.where(ok, x - mean[idx], 0.0)
-        n = np.where(ok, np.minimum(count[idx] + 1, int(slow)), count[idx])
-        a = np.where(ok, 1.0 / np.maximum(n, 1), 0.0)
-        mean[idx] += a * delta
-        var[idx] = (1 - a) * (var[idx] + a * delta**2)
-        count[idx] = n
+        # The slow statistics are a second SignalStats of the same lanes, learned by the committed (unpatched) update.
+        companion = _companion(self, "slow_", lambda: SignalStats(self.k, int(slow), short=1))
+        learn(companion, idx, x, baseline)
         learn(self, idx, x, baseline)
 
     def on_scale(self: SignalStats, idx: np.ndarray) -> np.ndarray:
-        count, _, var = slow_arrays(self)
-        floor = np.where(count[idx] >= 2, share * var[idx], 0.0)
+        companion = self.__dict__.get("slow_")  # none yet, or the companion itself (its own learn reads its scale)
+        if companion is None:
+            return scale(self, idx)
+        floor = np.where(companion.count_[idx] >= 2, share * companion.var_[idx], 0.0)
         std = np.sqrt(np.fmax(self.var_[idx], floor))
         return np.where((self.count_[idx] >= 2) & (std > 0), std, np.nan)
 
     return _patching(SignalStats, learn=on_learn, _scale=on_scale)
+
+
+class _RunEnds(StreamState):
+    """``run_rate``'s memory: each stream's last ``size`` ended runs at or above the threshold, their peaks ``peak_``
+    (−inf = none) and the steps they ended at ``end_``."""
+
+    def __init__(self, size: int, n_streams: int = 0) -> None:
+        self.size = int(size)
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {"peak_": np.full((n, self.size), -np.inf), "end_": np.full((n, self.size), -10**12, dtype=np.int64)}
+
+    def _config(self) -> dict:
+        return {"size": self.size}
 
 
 def run_rate(k: float = 2, span: float = 1500, memory: float = 8) -> Prototype:
@@ -278,18 +291,9 @@ def run_rate(k: float = 2, span: float = 1500, memory: float = 8) -> Prototype:
     stay as they were before it, and its run may still alert later in the run if it reaches the bar."""
     decide, kth, size = AlertGate.decide, int(k), int(memory)
 
-    def rings(self: AlertGate) -> tuple[np.ndarray, np.ndarray]:
-        n = len(self.scored_)
-        old = getattr(self, "rate_", None)
-        if old is None or len(old[0]) != n:
-            fresh = (np.full((n, size), -np.inf), np.full((n, size), -10**12, dtype=np.int64))
-            if old is not None:
-                fresh[0][: len(old[0])], fresh[1][: len(old[1])] = old
-            self.rate_ = fresh
-        return self.rate_
-
     def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
-        peak, end = rings(self)
+        ends = _companion(self, "rate_", lambda: _RunEnds(size))
+        peak, end = ends.peak_, ends.end_
         now = self.steps_[idx] + 1
         recent = np.where(now[:, None] - end[idx] <= span, peak[idx], -np.inf)
         bar = -np.sort(-recent, axis=1)[:, kth - 1]
