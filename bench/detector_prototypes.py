@@ -31,6 +31,9 @@ Prototypes (``KIND:key=value;...``, each key optional):
   learned from the same values, so a quiet stretch cannot narrow a long-lived stream's spread below its life's.
 - ``run-rate`` (``k``, ``span``, ``memory``): the bar is also the ``k``-th largest peak, at full height, of the
   stream's runs that ended within the last ``span`` steps: spikes that recur every few hundred readings stop alerting.
+- ``persist`` (``n``, ``short``, ``beat``): inside the refractory period a new run that stays at or above the bar
+  for ``n`` readings alerts, when the last alerted run lasted fewer than ``short`` (0: ``n``) readings and the
+  reading scores ``beat`` times the last alert's: a spike's alert no longer holds back a sustained fault after it.
 - ``step-full`` (``m``): a step at least ``m`` times the bar a step must reach to count enters ``deviation`` in full
   instead of as the root of level and step, so a large jump inside a smooth cycle's range reads as large.
 - ``window-gap`` (``gap``): ``deviation``'s level judged against the window less the last ``gap`` readings before the
@@ -313,6 +316,46 @@ def run_rate(k: float = 2, span: float = 1500, memory: float = 8) -> Prototype:
             oldest = int(np.argmin(end[s]))
             peak[s, oldest], end[s, oldest] = before["run_"][row], now[row]
         return alert & ~veto, warming, learn, frozen
+
+    return _patching(AlertGate, decide=on_decide)
+
+
+class _RunLengths(StreamState):
+    """``persist``'s memory: each stream's current run of readings at or above its bar (``len_``) and how long its
+    last alerted run lasted (``alerted_len_``; a large number before any alert)."""
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {"len_": np.zeros(n, dtype=np.int64), "alerted_len_": np.full(n, 10**9, dtype=np.int64)}
+
+    def _config(self) -> dict:
+        return {}
+
+
+def persist(n: float = 10, short: float = 0, beat: float = 0) -> Prototype:
+    """Inside the refractory period a new run (not the alerted one going on) alerts once it has stayed at or above
+    the bar for ``n`` readings in a row, if the stream's last alerted run lasted fewer than ``short`` readings
+    (0: ``n``) and the reading's score is at least ``beat`` times the last alert's: a one-reading spike's alert no
+    longer holds back a sustained fault that follows it, which escalation misses when the fault is not twice as
+    surprising as the spike was."""
+    decide, need = AlertGate.decide, int(n)
+    brief = int(short) or need
+
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+        runs = _companion(self, "persist_", _RunLengths)
+        inside = np.minimum(self.since_[idx] + 1, self.refractory + 1) <= self.refractory
+        alert, warming, learn, frozen = decide(self, idx, score, stuck)
+        hot = self.hot_[idx] > 0
+        length = np.where(hot, runs.len_[idx] + 1, 0)
+        loud = score >= beat * self.last_[idx] if beat else np.ones(len(idx), dtype=bool)
+        extra = hot & inside & ~alert & ~self.alerted_[idx] & (length >= need) & (runs.alerted_len_[idx] < brief) & loud
+        rows = idx[extra]
+        self.alerted_[rows] = True
+        self.since_[rows] = 0
+        self.last_[rows] = score[extra]
+        self.spent_[rows] += 1
+        runs.len_[idx] = length
+        runs.alerted_len_[idx] = np.where(self.alerted_[idx], length, runs.alerted_len_[idx])
+        return alert | extra, warming, learn, frozen
 
     return _patching(AlertGate, decide=on_decide)
 
@@ -858,7 +901,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "prior-spread": prior_spread, "readout": readout, "context": context, "winsor": winsor,
     "young-gate": young_gate, "growing-horizon": growing_horizon,
     "slow-floor": slow_floor, "run-rate": run_rate,
-    "step-full": step_full,
+    "step-full": step_full, "persist": persist,
 }  # fmt: skip
 
 

@@ -81,3 +81,16 @@ def test_a_counter_column_not_named_as_time_stays_a_channel(tmp_path):
 def test_the_documented_format_names_every_accepted_form():
     for form in ("ISO 8601", "epoch seconds", "epoch milliseconds", "2024-05-01T12:00:00Z", "refused"):
         assert form in CSV_FORMAT
+
+
+@pytest.mark.parametrize("name", ["unix_time_ms", "Event Time (ms)", "ts_millis"])
+def test_an_epoch_column_whose_name_holds_a_time_word_is_timestamps_not_a_channel(tmp_path, name):
+    # Read as a sensor it was alerted on as one, and float32 rounded it to steps of 131,072 ms.
+    series = load_csv(write(tmp_path, "u.csv", f'"{name}",temp\n1714564800000,1\n1714564800250,2\n'))
+    assert series.channels == ["temp"]
+    np.testing.assert_array_equal(series.timestamps, [T0, T0 + np.timedelta64(250, "ms")])
+
+
+def test_a_time_word_over_values_outside_the_epoch_range_stays_a_channel(tmp_path):
+    series = load_csv(write(tmp_path, "r.csv", "response_time,temp\n120,1\n95,2\n"))
+    assert series.timestamps is None and series.channels == ["response_time", "temp"]

@@ -104,6 +104,44 @@ def test_missing_header_is_refused(tmp_path):
     assert_names(error, "nohead.csv", 1, "no header row")
 
 
+def test_a_missing_header_over_timestamped_rows_is_refused_not_read_as_names(tmp_path):
+    # Read on, the first reading became the header: a row lost and a channel named after a value.
+    with pytest.raises(DataFormatError) as error:
+        load_csv(write(tmp_path, "nohead.csv", "2014-04-01 00:00:00,49.9\n2014-04-01 00:05:00,49.8\n"))
+    assert_names(error, "nohead.csv", 1, "no header row: the first line holds readings")
+
+
+def test_a_file_of_timestamps_alone_is_refused_saying_where_readings_go(tmp_path):
+    with pytest.raises(DataFormatError) as error:
+        load_csv(write(tmp_path, "t.csv", "timestamp\n2014-04-01 00:00:00\n2014-04-01 00:05:00\n"))
+    assert_names(error, "t.csv", 1, "no sensor channel: the one column, 'timestamp', holds timestamps")
+
+
+@pytest.mark.parametrize("text", [
+    "timestamp;value;flow\n2014-04-01 00:00:00;11,93;-0,5\n2014-04-01 00:05:00;1,2e3;7\n",
+    "timestamp;value;flow\n2014-04-01 00:00:00;11.93;-.5\n2014-04-01 00:05:00;1200;7\n",
+    "timestamp\tvalue\tflow\n2014-04-01 00:00:00\t11.93\t-0.5\n2014-04-01 00:05:00\t1200\t7\n",
+])
+def test_semicolon_and_tab_separated_exports_are_read_with_their_decimal_commas(tmp_path, text):
+    series = load_csv(write(tmp_path, "eu.csv", text))
+    assert series.channels == ["value", "flow"]
+    assert series.timestamps[1] - series.timestamps[0] == np.timedelta64(5, "m")
+    np.testing.assert_allclose(series.values, [[11.93, -0.5], [1200, 7]], rtol=1e-6)
+
+
+def test_a_trailing_separator_and_whitespace_only_lines_are_not_columns_or_readings(tmp_path):
+    series = load_csv(write(tmp_path, "t.csv", "timestamp , value,\n 2014-04-01 00:00:00 , 3.5 ,\n"
+                            "2014-04-01 00:05:00,4,\n   \n \t\n"))
+    assert series.channels == ["value"]
+    np.testing.assert_array_equal(series.values[:, 0], [3.5, 4])
+
+
+def test_a_trailing_separator_over_cells_that_are_not_empty_is_still_refused(tmp_path):
+    with pytest.raises(DataFormatError) as error:
+        load_csv(write(tmp_path, "t.csv", "timestamp,value,\n2014-04-01 00:00:00,3.5,9\n"))
+    assert_names(error, "t.csv", 2, "expected 2 columns, found 3")
+
+
 def test_duplicate_column_names_are_refused(tmp_path):
     with pytest.raises(DataFormatError) as error:
         load_csv(write(tmp_path, "dup.csv", "a,b,a\n1,2,3\n"))

@@ -339,6 +339,22 @@ def test_run_rate_quiets_spikes_recurring_every_few_hundred_readings_not_a_loude
     assert alerts() == committed  # unpatched again
 
 
+def test_persist_lets_a_sustained_run_after_a_spikes_alert_alert_not_the_alerted_event_going_on():
+    def alerts(scores: np.ndarray) -> list[int]:
+        gate = AlertGate(threshold=4.0, min_count=10, refractory=200, protect=200, escalate=2.0, n_streams=1)
+        return [t for t, s in enumerate(scores) if gate.decide(np.array([0]), np.array([s]))[0][0]]
+
+    spike_then_shift = np.ones(2000)
+    spike_then_shift[1000], spike_then_shift[1100:1150] = 10.0, 8.0  # a shift under twice the spike's score
+    shift_that_dips = np.ones(2000)
+    shift_that_dips[1000:1040], shift_that_dips[1042:1100] = 8.0, 8.0  # one long event, briefly below the bar
+    committed = alerts(spike_then_shift)
+    with prototypes.parse("persist:n=10").patches():
+        assert alerts(spike_then_shift) == [1000, 1109]  # the shift's tenth reading in a row alerts after all
+        assert alerts(shift_that_dips) == [1000]  # the last alerted run was long: the event going on stays held
+    assert committed == [1000] and alerts(spike_then_shift) == committed  # unpatched: the refractory period holds
+
+
 def test_growing_horizon_lets_an_old_lanes_statistics_remember_longer_only_while_patched():
     def counts_after(readings: int) -> int:
         stats = SignalStats(k=1, horizon=100, short=1, n_streams=1)

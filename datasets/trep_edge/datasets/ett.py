@@ -70,9 +70,13 @@ def load_csv(
     sensor_at = [i for i in range(len(columns)) if i not in label_at]
     sensors = [columns[i] for i in sensor_at]
     keep = sensor_at if only is None else [sensor_at[i] for i in column_positions(sensors, only, table.source, 1)]
-    if not keep:
+    if not keep and label_at:
         raise DataFormatError(table.source, f"no sensor channel: column {columns[label_at[0]]!r} holds anomaly "
                               "labels, not readings", 1)  # fmt: skip
+    if not keep:
+        raise DataFormatError(table.source, f"no sensor channel: the one column, {table.header[0]!r}, holds "
+                              "timestamps; readings go in further columns, separated by commas, semicolons or "
+                              "tabs", 1)  # fmt: skip
     read = keep + label_at
     try:
         matrix = parse_matrix([[row[i] for i in read] for row in rows], columns=[columns[i] for i in read],

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from trep_edge.datasets.cells import is_number
 from trep_edge.datasets.errors import DataFormatError
+from trep_edge.datasets.timestamps import is_timestamp
 
 
 @dataclass
@@ -42,23 +44,45 @@ def column_positions(
     return [names.index(w) for w in wanted]
 
 
+DELIMITERS = (",", ";", "\t")
+"""Cell separators a header line may use: a comma, or where it has none a semicolon (spreadsheet exports in locales
+whose decimal mark is a comma) or a tab."""
+
+_DECIMAL_COMMA = re.compile(r"^[+-]?\d*,\d+(?:[eE][+-]?\d+)?$")
+
+
 def read_csv_table(path: str | os.PathLike[str]) -> Table:
-    """Read a comma-separated UTF-8 file whose first line names the columns; blank lines are skipped."""
+    """Read a UTF-8 CSV file whose first line names the columns; blank and whitespace-only lines are skipped.
+
+    The separator is the first of ``DELIMITERS`` the header line holds. In a semicolon-separated file a number
+    written with a decimal comma (``12,5``) reads as ``12.5``: such exports come from spreadsheets in most of
+    Europe, and refusing them named only a column count. A trailing separator on every line (an empty last
+    column) is dropped."""
     source = str(path)
     rows, line_numbers = [], []
     # utf-8-sig drops the byte-order mark spreadsheet exports put before the first column name.
     with Path(path).open(newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
         try:
+            lines = f.readlines()
+            reader = csv.reader(lines, delimiter=_delimiter(lines[0] if lines else ""))
             first = next(reader, None)
             if first is None:
                 raise DataFormatError(source, "file is empty (expected a header row naming the columns)")
             header = [name.strip() for name in first]
+            trailing = len(header) > 1 and not header[-1]
+            if trailing:  # a trailing separator: the last "column" has no name; its cells must be empty too
+                header.pop()
             _check_header(header, source)
             for row in reader:
-                if row:
-                    rows.append([cell.strip() for cell in row])
-                    line_numbers.append(reader.line_num)
+                cells = [cell.strip() for cell in row]
+                if not any(cells) and len(cells) <= 1:
+                    continue  # a blank or whitespace-only line, not a reading
+                if trailing and len(cells) == len(header) + 1 and not cells[-1]:
+                    cells.pop()
+                if reader.dialect.delimiter == ";":
+                    cells = [c.replace(",", ".") if _DECIMAL_COMMA.match(c) else c for c in cells]
+                rows.append(cells)
+                line_numbers.append(reader.line_num)
         except UnicodeDecodeError as e:
             raise DataFormatError(source, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
         except csv.Error as e:
@@ -68,12 +92,19 @@ def read_csv_table(path: str | os.PathLike[str]) -> Table:
     return Table(source, header, rows, line_numbers)
 
 
+def _delimiter(line: str) -> str:
+    """The separator of a header ``line``: the first of ``DELIMITERS`` it holds (a comma when it holds none)."""
+    return next((d for d in DELIMITERS if d in line), ",")
+
+
 def _check_header(header: list[str], source: str) -> None:
     if not any(header):
         raise DataFormatError(source, "first line is blank, expected a header row naming the columns", 1)
-    # A first line of numbers means the header is missing; reading on would silently drop a data row.
-    if all(is_number(name) for name in header):
-        raise DataFormatError(source, "no header row: the first line holds numbers, expected column names", 1)
+    # A first line of numbers (after a timestamp, perhaps) means the header is missing; reading on would silently
+    # drop a data row and name a channel after a reading.
+    if all(is_number(name) for name in header[1:]) and (is_number(header[0]) or is_timestamp(header[0])):
+        raise DataFormatError(source, "no header row: the first line holds readings, expected column names "
+                              "(add a first line such as timestamp,value)", 1)  # fmt: skip
     for i, name in enumerate(header):
         if not name:
             raise DataFormatError(source, f"header column {i + 1} has no name", 1)

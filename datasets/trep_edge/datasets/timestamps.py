@@ -14,11 +14,13 @@ from trep_edge.datasets.cells import is_number
 from trep_edge.datasets.errors import DataFormatError
 
 CSV_FORMAT = (
-    "CSV format: a header row naming the columns, then one row per reading. The first column may be a timestamp: "
-    "ISO 8601 date-times (2024-05-01T12:00:00Z, 2024-05-01 12:00:00.5, 2024-05-01T14:00:00+02:00, 2024-05-01; "
-    "zone-less times are taken as UTC), or, in a column named time, timestamp, datetime, date, ts or epoch "
-    "(optionally with a unit such as timestamp_ms or time[s]), epoch seconds (1714564800) or epoch milliseconds "
-    "(1714564800000; a _ms / [ms] unit in the name forces milliseconds). A column named label, is_anomaly or "
+    "CSV format: a header row naming the columns, then one row per reading; cells separated by commas, or by "
+    "semicolons (then 12,5 reads as 12.5) or tabs where the header holds no comma. The first column may be a "
+    "timestamp: ISO 8601 date-times (2024-05-01T12:00:00Z, 2024-05-01 12:00:00.5, 2024-05-01T14:00:00+02:00, "
+    "2024-05-01; zone-less times are taken as UTC), or, in a column named time, timestamp, datetime, date, ts or "
+    "epoch (optionally with a unit such as timestamp_ms or time[s]; also any name holding one of those words or "
+    "unix, such as unix_time_ms, over values in the epoch range), epoch seconds (1714564800) or epoch milliseconds "
+    "(1714564800000; a ms unit in the name forces milliseconds). A column named label, is_anomaly or "
     "anomaly holds 0/1 anomaly labels and is never a sensor channel (trep-edge score reports it beside the scores). "
     "Every other column is a numeric sensor channel; empty cells and null, NULL, NA, N/A, None and - are missing "
     "readings; --channels names the ones to read and leaves the rest (text columns included) unread. Other date "
@@ -37,9 +39,30 @@ _EPOCH_S = (1e8, 1e11)
 _EPOCH_MS = (1e11, 1e14)
 
 
+_TIME_WORDS = frozenset({"time", "timestamp", "datetime", "date", "ts", "epoch", "unix"})
+_MS_WORDS = frozenset({"ms", "millis", "msec", "milliseconds"})
+
+
 def is_time_column(name: str, first_cell: str) -> bool:
-    """Whether a first column is a timestamp column: a non-numeric first cell, or a time-like name over numbers."""
-    return not is_number(first_cell) or _TIME_NAME.match(name) is not None
+    """Whether a first column is a timestamp column: a non-numeric first cell, a time-like name over numbers, or a
+    name with a time word in it (``unix_time_ms``, ``Event Time``) over a number in the epoch range: read as a sensor,
+    an epoch column alerted as one, and lost precision as float32."""
+    if not is_number(first_cell) or _TIME_NAME.match(name) is not None:
+        return True
+    return bool(_TIME_WORDS & _words(name)) and _EPOCH_S[0] <= abs(float(first_cell)) < _EPOCH_MS[1]
+
+
+def is_timestamp(cell: str) -> bool:
+    """Whether a cell is an ISO 8601 date-time (the text form ``parse_timestamps`` accepts)."""
+    try:
+        datetime.fromisoformat(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _words(name: str) -> set[str]:
+    return set(re.split(r"[^a-z0-9]+", name.lower())) - {""}
 
 
 def parse_timestamps(name: str, cells: list[str], source: str, line_numbers: list[int]) -> np.ndarray:
@@ -71,7 +94,7 @@ def _parse_epoch(name: str, cells: list[str], source: str, line_numbers: list[in
         problem = f"column {name!r} value {cells[bad]!r} is not a recognised timestamp ({ACCEPTED})"
         raise DataFormatError(source, problem, line_numbers[bad]) from None
     match = _TIME_NAME.match(name)
-    unit = next((g for g in match.groups()[1:] if g), None) if match else None
+    unit = next((g for g in match.groups()[1:] if g), None) if match else "ms" if _MS_WORDS & _words(name) else None
     low, high = _EPOCH_MS if unit == "ms" or (unit is None and values[0] >= _EPOCH_MS[0]) else _EPOCH_S
     outside = np.flatnonzero(~((values >= low) & (values < high)))
     if outside.size:
