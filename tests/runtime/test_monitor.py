@@ -223,23 +223,26 @@ def test_absurd_values_are_implausible_without_declared_ranges_and_offline_agree
     monitor = Monitor(vitals_engine, detector=cold(5))
     hr = 72 + 3 * np.sin(np.arange(100) / 5)
     hr[40], hr[70] = 1e15, 1000.0  # 1e15 is beyond 1e6 training scales; 1000 is an anomaly, not a broken sensor
+    hr[85] = -np.inf  # a CSV cell "-inf": a broken sensor too, not a missing reading
     scored, faults = [], []
     for t in range(100):
         monitor.ingest(vitals(t, hr[t]))
         result = monitor.tick(T0 + t)
         scored += result.scored
         faults += [e.value for e in result.sensor if e.state == "raised"]
-    assert faults == [1e15]
+    assert faults == [1e15, -np.inf]
     values = np.array([[s.values[c] for c in ("HR", "SpO2", "RESP")] for s in scored])
     raw = np.stack([hr, np.full(100, 97.0), 16.0 + np.sin(np.arange(100) / 3)], axis=1)
     expected = detect_recording(vitals_engine, raw, cold(5))
     np.testing.assert_array_equal([s.raw for s in scored], expected.raw)  # offline files it as missing too
-    assert np.isnan(values[40, 0]) and values[70, 0] == 1000.0
+    assert np.isnan(values[40, 0]) and values[70, 0] == 1000.0 and np.isnan(values[85, 0])
     # ... and pages it as the daemon does: its row alerts, the fault is raised there and cleared by the next value.
     sensor = [(t, state, alert_id, cause) for t, state, _, alert_id, cause in expected.events if cause == "implausible"]
     assert sensor == [(40, "raised", "recording:sensor:HR", "implausible"),
-                      (41, "cleared", "recording:sensor:HR", "implausible")]  # fmt: skip
-    assert expected.alerts[40] and not expected.alerts[41]
+                      (41, "cleared", "recording:sensor:HR", "implausible"),
+                      (85, "raised", "recording:sensor:HR", "implausible"),
+                      (86, "cleared", "recording:sensor:HR", "implausible")]  # fmt: skip
+    assert expected.alerts[40] and not expected.alerts[41] and expected.alerts[85]
 
 
 def test_removing_a_stream_clears_its_open_sensor_faults(vitals_engine):

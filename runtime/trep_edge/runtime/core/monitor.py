@@ -313,13 +313,14 @@ class Monitor:
         return {name: (float(low[c]), float(high[c])) for c, name in enumerate(engine.card.channels)}
 
     def _implausible(self, reading: Reading) -> dict[str, float]:
-        """The reading's finite values outside their channel's plausible range."""
+        """The reading's values outside their channel's plausible range, ±inf included (a CSV cell ``inf`` is a
+        broken sensor's reading, not a missing one; the MQTT intake refuses non-finite values before this)."""
         if not isinstance(reading.values, dict):
             return {}
         bad = {}
         for channel, value in reading.values.items():
             bounds = self._bounds_of(channel)
-            if bounds is not None and isinstance(value, (int, float)) and math.isfinite(value) \
+            if bounds is not None and isinstance(value, (int, float)) and not math.isnan(value) \
                     and not bounds[0] <= value <= bounds[1]:  # fmt: skip
                 bad[channel] = float(value)
         return bad

@@ -301,7 +301,8 @@ def plausible_bounds(card: ModelCard) -> tuple[np.ndarray, np.ndarray]:
 
 
 def implausible(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """Where finite ``values [..., C]`` lie outside ``[low, high]`` (``plausible_bounds``); NaN is never implausible."""
+    """Where ``values [..., C]`` lie outside ``[low, high]`` (``plausible_bounds``), ±inf included; NaN is never
+    implausible."""
     x = np.asarray(values, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        return np.isfinite(x) & ((x < low) | (x > high))
+        return ~np.isnan(x) & ((x < low) | (x > high))
