@@ -71,6 +71,8 @@ Prototypes (``KIND:key=value;...``, each key optional):
   committed tail's chance; the committed detector judges every lane under ``tail_dof``.
 - ``young-gate`` (``margin``, ``age``): a stream's gate reads each score ``margin · exp(−n / age)`` lower, ``n`` its
   scored readings: a young stream, whose record, run peaks and budget are still unlearned, needs more surprise.
+- ``late-bar`` (``start``, ``rise``, ``span``): a stream's gate reads each score lower by ``rise`` times the share of
+  ``span`` readings it has been judged on beyond its ``start``-th: a long-lived stream needs more surprise.
 - ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
   own degrees of freedom (0: the Gaussian) instead of ``tail_dof`` for all.
 - ``segment-novelty`` (``k``): ``novelty`` of the mean of the lane's last ``k`` representations instead of the last
@@ -770,6 +772,18 @@ def young_gate(margin: float = 1.0, age: float = 1500.0) -> Prototype:
     return _patching(AlertGate, decide=on_decide)
 
 
+def late_bar(start: float = 5000.0, rise: float = 1.0, span: float = 10_000.0) -> Prototype:
+    """An old stream's gate reads each score ``rise · clip((n − start) / span, 0, 1)`` lower (``n``: the stream's
+    scored readings): the more readings a stream has been judged on, the more chances it has had to raise a false
+    alarm by chance, so the bar rises with its life once it is older than the benchmark's streams of one fault."""
+    decide = AlertGate.decide
+
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+        return decide(self, idx, score - rise * np.clip((self.scored_[idx] - start) / span, 0.0, 1.0), stuck)
+
+    return _patching(AlertGate, decide=on_decide)
+
+
 def learn_cap(cap: float = 30.0) -> Prototype:
     """``deviation`` enters its lane's long-run statistics at most ``cap`` (robust units); it is still judged whole.
 
@@ -901,7 +915,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "prior-spread": prior_spread, "readout": readout, "context": context, "winsor": winsor,
     "young-gate": young_gate, "growing-horizon": growing_horizon,
     "slow-floor": slow_floor, "run-rate": run_rate,
-    "step-full": step_full, "persist": persist,
+    "step-full": step_full, "persist": persist, "late-bar": late_bar,
 }  # fmt: skip
 
 

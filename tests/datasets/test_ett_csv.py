@@ -104,17 +104,16 @@ def test_missing_header_is_refused(tmp_path):
     assert_names(error, "nohead.csv", 1, "no header row")
 
 
-def test_a_missing_header_over_timestamped_rows_is_refused_not_read_as_names(tmp_path):
+@pytest.mark.parametrize(("text", "line", "problem"), [
     # Read on, the first reading became the header: a row lost and a channel named after a value.
+    ("2014-04-01 00:00:00,49.9\n2014-04-01 00:05:00,49.8\n", 1, "no header row: the first line holds readings"),
+    ("timestamp\n2014-04-01 00:00:00\n", 1, "no sensor channel: the one column, 'timestamp', holds timestamps"),
+    ("timestamp,value,\n2014-04-01 00:00:00,3.5,9\n", 2, "expected 2 columns, found 3"),  # a trailing cell not empty
+])
+def test_a_file_without_readings_under_named_columns_is_refused_saying_what_to_fix(tmp_path, text, line, problem):
     with pytest.raises(DataFormatError) as error:
-        load_csv(write(tmp_path, "nohead.csv", "2014-04-01 00:00:00,49.9\n2014-04-01 00:05:00,49.8\n"))
-    assert_names(error, "nohead.csv", 1, "no header row: the first line holds readings")
-
-
-def test_a_file_of_timestamps_alone_is_refused_saying_where_readings_go(tmp_path):
-    with pytest.raises(DataFormatError) as error:
-        load_csv(write(tmp_path, "t.csv", "timestamp\n2014-04-01 00:00:00\n2014-04-01 00:05:00\n"))
-    assert_names(error, "t.csv", 1, "no sensor channel: the one column, 'timestamp', holds timestamps")
+        load_csv(write(tmp_path, "bad.csv", text))
+    assert_names(error, "bad.csv", line, problem)
 
 
 @pytest.mark.parametrize("text", [
@@ -134,12 +133,6 @@ def test_a_trailing_separator_and_whitespace_only_lines_are_not_columns_or_readi
                             "2014-04-01 00:05:00,4,\n   \n \t\n"))
     assert series.channels == ["value"]
     np.testing.assert_array_equal(series.values[:, 0], [3.5, 4])
-
-
-def test_a_trailing_separator_over_cells_that_are_not_empty_is_still_refused(tmp_path):
-    with pytest.raises(DataFormatError) as error:
-        load_csv(write(tmp_path, "t.csv", "timestamp,value,\n2014-04-01 00:00:00,3.5,9\n"))
-    assert_names(error, "t.csv", 2, "expected 2 columns, found 3")
 
 
 def test_duplicate_column_names_are_refused(tmp_path):

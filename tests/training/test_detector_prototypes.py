@@ -320,6 +320,20 @@ def test_young_gate_holds_back_a_young_streams_marginal_alert_not_an_old_streams
     assert gate_after(1).decide(idx, marginal)[0][0]  # unpatched again: the young stream alerts
 
 
+def test_late_bar_holds_back_an_old_streams_marginal_alert_not_a_young_streams_and_only_while_patched():
+    def gate_after(readings: int) -> AlertGate:
+        gate = AlertGate(threshold=4.0, min_count=1, refractory=0, protect=10, n_streams=1)
+        for _ in range(readings):  # quiet readings: the stream ages without alerting
+            gate.decide(np.array([0]), np.array([1.0]))
+        return gate
+
+    idx, marginal = np.array([0]), np.array([4.5])
+    with prototypes.parse("late-bar:start=5000;rise=1;span=10000").patches():
+        assert gate_after(4000).decide(idx, marginal)[0][0]  # younger than start: judged as committed
+        assert not gate_after(12_000).decide(idx, marginal)[0][0]  # 7,000 past start: read as 3.8, under the bar
+    assert gate_after(12_000).decide(idx, marginal)[0][0]  # unpatched again: the old stream alerts
+
+
 def test_run_rate_quiets_spikes_recurring_every_few_hundred_readings_not_a_louder_one_and_only_while_patched():
     def alerts() -> list[int]:
         gate = AlertGate(threshold=4.0, min_count=10, protect=200, refractory=200, peaks=3, peak_decay=0.005,

@@ -45,8 +45,8 @@ _MS_WORDS = frozenset({"ms", "millis", "msec", "milliseconds"})
 
 def is_time_column(name: str, first_cell: str) -> bool:
     """Whether a first column is a timestamp column: a non-numeric first cell, a time-like name over numbers, or a
-    name with a time word in it (``unix_time_ms``, ``Event Time``) over a number in the epoch range: read as a sensor,
-    an epoch column alerted as one, and lost precision as float32."""
+    name with a time word in it (``unix_time_ms``, ``Event Time``) over a number in the epoch range. Read as a sensor,
+    such a column was rounded to float32 and alerted on as one."""
     if not is_number(first_cell) or _TIME_NAME.match(name) is not None:
         return True
     return bool(_TIME_WORDS & _words(name)) and _EPOCH_S[0] <= abs(float(first_cell)) < _EPOCH_MS[1]
