@@ -71,6 +71,9 @@ Prototypes (``KIND:key=value;...``, each key optional):
   committed tail's chance; the committed detector judges every lane under ``tail_dof``.
 - ``young-gate`` (``margin``, ``age``): a stream's gate reads each score ``margin · exp(−n / age)`` lower, ``n`` its
   scored readings: a young stream, whose record, run peaks and budget are still unlearned, needs more surprise.
+- ``peak-fade`` (``tau``, ``floor``): each remembered run peak falls toward the threshold by a share of its height
+  above it per reading (time constant ``tau``), not by ``peak_decay`` (with ``floor`` 1, by at least that): a very
+  loud run no longer raises the bar for a life.
 - ``late-bar`` (``start``, ``rise``, ``span``): a stream's gate reads each score lower by ``rise`` times the share of
   ``span`` readings it has been judged on beyond its ``start``-th: a long-lived stream needs more surprise.
 - ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
@@ -784,6 +787,27 @@ def late_bar(start: float = 5000.0, rise: float = 1.0, span: float = 10_000.0) -
     return _patching(AlertGate, decide=on_decide)
 
 
+def peak_fade(tau: float = 2000.0, floor: float = 0) -> Prototype:
+    """Each remembered run peak falls toward the threshold by a share ``1 − exp(−1 / tau)`` of its height above it
+    per reading, instead of by ``peak_decay`` whatever its height: a run of surprise 80 (a model meeting activity its
+    training slice never held) no longer keeps the bar above every later fault for 15,000 readings, while a peak of 14
+    falls about as fast as before (``tau`` 2,000: 0.005 a reading at first). With ``floor`` 1 a peak falls by at
+    least ``peak_decay`` too, so only peaks high enough to fall faster that way change."""
+    decide, keep = AlertGate.decide, math.exp(-1.0 / tau)
+
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+        # The committed decide subtracts peak_decay from every remembered peak; hand it the faded peak plus that.
+        peaks = self.peaks_[idx]
+        above = np.isfinite(peaks) & (peaks > self.threshold)
+        faded = self.threshold + (peaks - self.threshold) * keep
+        if floor:
+            faded = np.fmin(faded, peaks - self.peak_decay)
+        self.peaks_[idx] = np.where(above, faded + self.peak_decay, peaks)
+        return decide(self, idx, score, stuck)
+
+    return _patching(AlertGate, decide=on_decide)
+
+
 def learn_cap(cap: float = 30.0) -> Prototype:
     """``deviation`` enters its lane's long-run statistics at most ``cap`` (robust units); it is still judged whole.
 
@@ -915,7 +939,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "prior-spread": prior_spread, "readout": readout, "context": context, "winsor": winsor,
     "young-gate": young_gate, "growing-horizon": growing_horizon,
     "slow-floor": slow_floor, "run-rate": run_rate,
-    "step-full": step_full, "persist": persist, "late-bar": late_bar,
+    "step-full": step_full, "persist": persist, "late-bar": late_bar, "peak-fade": peak_fade,
 }  # fmt: skip
 
 

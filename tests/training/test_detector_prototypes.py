@@ -306,13 +306,15 @@ def test_signal_tail_judges_each_signal_under_its_own_tail_and_only_while_patche
         prototypes.parse("signal-tail:dofs=8/8")
 
 
-def test_young_gate_holds_back_a_young_streams_marginal_alert_not_an_old_streams_and_only_while_patched():
-    def gate_after(readings: int) -> AlertGate:
-        gate = AlertGate(threshold=4.0, min_count=1, refractory=0, protect=10, n_streams=1)
-        for _ in range(readings):  # quiet readings: the stream ages without alerting
-            gate.decide(np.array([0]), np.array([1.0]))
-        return gate
+def gate_after(readings: int) -> AlertGate:
+    """A one-stream gate that has aged ``readings`` quiet readings without alerting."""
+    gate = AlertGate(threshold=4.0, min_count=1, refractory=0, protect=10, n_streams=1)
+    for _ in range(readings):
+        gate.decide(np.array([0]), np.array([1.0]))
+    return gate
 
+
+def test_young_gate_holds_back_a_young_streams_marginal_alert_not_an_old_streams_and_only_while_patched():
     idx, marginal = np.array([0]), np.array([4.5])
     with prototypes.parse("young-gate:margin=1;age=1500").patches():
         assert not gate_after(1).decide(idx, marginal)[0][0]  # young: read as about 3.5, under the threshold
@@ -321,17 +323,27 @@ def test_young_gate_holds_back_a_young_streams_marginal_alert_not_an_old_streams
 
 
 def test_late_bar_holds_back_an_old_streams_marginal_alert_not_a_young_streams_and_only_while_patched():
-    def gate_after(readings: int) -> AlertGate:
-        gate = AlertGate(threshold=4.0, min_count=1, refractory=0, protect=10, n_streams=1)
-        for _ in range(readings):  # quiet readings: the stream ages without alerting
-            gate.decide(np.array([0]), np.array([1.0]))
-        return gate
-
     idx, marginal = np.array([0]), np.array([4.5])
     with prototypes.parse("late-bar:start=5000;rise=1;span=10000").patches():
         assert gate_after(4000).decide(idx, marginal)[0][0]  # younger than start: judged as committed
         assert not gate_after(12_000).decide(idx, marginal)[0][0]  # 7,000 past start: read as 3.8, under the bar
     assert gate_after(12_000).decide(idx, marginal)[0][0]  # unpatched again: the old stream alerts
+
+
+def test_peak_fade_lets_a_very_loud_runs_peaks_fall_fast_and_with_floor_leaves_ordinary_peaks_as_committed():
+    def peaks_after(readings: int, loud: float) -> np.ndarray:
+        gate = AlertGate(threshold=4.0, min_count=1, refractory=0, protect=10, peaks=3, peak_decay=0.005, n_streams=1)
+        for t in range(3 * 50 + readings):  # three loud runs of one reading, then quiet readings
+            gate.decide(np.array([0]), np.array([loud if t < 150 and t % 50 == 0 else 1.0]))
+        return gate.peaks_[0]
+
+    committed_loud, committed_ordinary = peaks_after(2000, 80.0), peaks_after(2000, 9.0)
+    with prototypes.parse("peak-fade:tau=1000;floor=1").patches():
+        assert peaks_after(2000, 80.0).max() < 15 < committed_loud.min()  # 76 above the bar, e^-2 of it left
+        np.testing.assert_allclose(peaks_after(2000, 9.0), committed_ordinary)  # 5 above: the linear decay is faster
+    with prototypes.parse("peak-fade:tau=1000").patches():
+        assert peaks_after(2000, 9.0).min() > committed_ordinary.max()  # without the floor a low peak falls slower
+    np.testing.assert_allclose(peaks_after(2000, 80.0), committed_loud)  # unpatched again
 
 
 def test_run_rate_quiets_spikes_recurring_every_few_hundred_readings_not_a_louder_one_and_only_while_patched():
