@@ -767,10 +767,15 @@ def young_gate(margin: float = 1.0, age: float = 1500.0) -> Prototype:
     so that its first alerts need more surprise while its record, run peaks and budget are still unlearned; the
     margin fades with the stream's age, not with its alerts (a budget with no free alerts delayed faults' first
     alerts in the alert-budget round)."""
+    return _reads_lower(lambda scored: margin * np.exp(-scored / age))
+
+
+def _reads_lower(by: Callable[[np.ndarray], np.ndarray]) -> Prototype:
+    """A prototype whose gate reads each score lower by ``by(n)``, ``n`` the stream's scored readings so far."""
     decide = AlertGate.decide
 
     def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
-        return decide(self, idx, score - margin * np.exp(-self.scored_[idx] / age), stuck)
+        return decide(self, idx, score - by(self.scored_[idx]), stuck)
 
     return _patching(AlertGate, decide=on_decide)
 
@@ -779,12 +784,7 @@ def late_bar(start: float = 5000.0, rise: float = 1.0, span: float = 10_000.0) -
     """An old stream's gate reads each score ``rise · clip((n − start) / span, 0, 1)`` lower (``n``: the stream's
     scored readings): the more readings a stream has been judged on, the more chances it has had to raise a false
     alarm by chance, so the bar rises with its life once it is older than the benchmark's streams of one fault."""
-    decide = AlertGate.decide
-
-    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
-        return decide(self, idx, score - rise * np.clip((self.scored_[idx] - start) / span, 0.0, 1.0), stuck)
-
-    return _patching(AlertGate, decide=on_decide)
+    return _reads_lower(lambda scored: rise * np.clip((scored - start) / span, 0.0, 1.0))
 
 
 def peak_fade(tau: float = 2000.0, floor: float = 0) -> Prototype:

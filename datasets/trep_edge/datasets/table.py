@@ -64,7 +64,8 @@ def read_csv_table(path: str | os.PathLike[str]) -> Table:
     with Path(path).open(newline="", encoding="utf-8-sig") as f:
         try:
             lines = f.readlines()
-            reader = csv.reader(lines, delimiter=_delimiter(lines[0] if lines else ""))
+            delimiter = _delimiter(lines[0] if lines else "")
+            reader = csv.reader(lines, delimiter=delimiter)
             first = next(reader, None)
             if first is None:
                 raise DataFormatError(source, "file is empty (expected a header row naming the columns)")
@@ -79,7 +80,7 @@ def read_csv_table(path: str | os.PathLike[str]) -> Table:
                     continue  # a blank or whitespace-only line, not a reading
                 if trailing and len(cells) == len(header) + 1 and not cells[-1]:
                     cells.pop()
-                if reader.dialect.delimiter == ";":
+                if delimiter == ";":
                     cells = [c.replace(",", ".") if _DECIMAL_COMMA.match(c) else c for c in cells]
                 rows.append(cells)
                 line_numbers.append(reader.line_num)
