@@ -76,6 +76,11 @@ Prototypes (``KIND:key=value;...``, each key optional):
   loud run no longer raises the bar for a life.
 - ``late-bar`` (``start``, ``rise``, ``span``): a stream's gate reads each score lower by ``rise`` times the share of
   ``span`` readings it has been judged on beyond its ``start``-th: a long-lived stream needs more surprise.
+- ``growing-refractory`` (``share``, ``most``): the refractory period after an alert is at least ``share`` of the
+  stream's scored readings so far (up to ``most``), not ``refractory`` whatever its age: one event on a stream watched
+  for weeks pages once over a span in proportion to what has been watched.
+- ``spent-peaks`` (``decay``): while a stream is over its alert budget its remembered run peaks fall by ``decay`` per
+  reading instead of ``peak_decay``: a stream that keeps alerting remembers how loud its surprises get for longer.
 - ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
   own degrees of freedom (0: the Gaussian) instead of ``tail_dof`` for all.
 - ``segment-novelty`` (``k``): ``novelty`` of the mean of the lane's last ``k`` representations instead of the last
@@ -808,6 +813,41 @@ def peak_fade(tau: float = 2000.0, floor: float = 0) -> Prototype:
     return _patching(AlertGate, decide=on_decide)
 
 
+def growing_refractory(share: float = 0.05, most: float = 2000.0) -> Prototype:
+    """The refractory period is the larger of ``refractory`` and ``share`` of the stream's scored readings (at most
+    ``most``): a stream watched for weeks gives one event, and what follows it, a span in proportion to its watched
+    life before it pages again, while a young stream keeps the committed period. The period grows by at most one
+    reading per reading (``share`` ≤ 1), so a stream quiet for longer than it stays free to alert."""
+    decide = AlertGate.decide
+
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+        committed = self.refractory
+        grown = np.minimum(np.ceil(share * (self.scored_[idx] + 1)), most).astype(np.int64)
+        self.refractory = np.maximum(committed, grown)
+        try:
+            return decide(self, idx, score, stuck)
+        finally:
+            self.refractory = committed
+
+    return _patching(AlertGate, decide=on_decide)
+
+
+def spent_peaks(decay: float = 0.001) -> Prototype:
+    """While a stream has spent its alert budget (more than ``budget`` recent alerts), its remembered run peaks fall by
+    ``decay`` per reading instead of ``peak_decay``: on long streams the alerts beyond the budget come at surprise
+    8–16, the level of the stream's own earlier runs, whose peaks had faded within about 2,000 readings; a stream
+    within its budget (most of the benchmark's, with their one to three faults) keeps the committed decay."""
+    decide = AlertGate.decide
+
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+        # The committed decide subtracts peak_decay from every remembered peak; give back what it should not take.
+        over = self.spent_[idx] * self._keep > self.budget
+        self.peaks_[idx] = np.where(over[:, None], self.peaks_[idx] + (self.peak_decay - decay), self.peaks_[idx])
+        return decide(self, idx, score, stuck)
+
+    return _patching(AlertGate, decide=on_decide)
+
+
 def learn_cap(cap: float = 30.0) -> Prototype:
     """``deviation`` enters its lane's long-run statistics at most ``cap`` (robust units); it is still judged whole.
 
@@ -940,6 +980,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "young-gate": young_gate, "growing-horizon": growing_horizon,
     "slow-floor": slow_floor, "run-rate": run_rate,
     "step-full": step_full, "persist": persist, "late-bar": late_bar, "peak-fade": peak_fade,
+    "growing-refractory": growing_refractory, "spent-peaks": spent_peaks,
 }  # fmt: skip
 
 

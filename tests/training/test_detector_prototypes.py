@@ -420,3 +420,31 @@ def test_step_full_counts_a_step_far_beyond_its_bar_in_full_and_leaves_the_rest_
     # Channel 0: step 7.5 is 2.5 bars (the root read sqrt(0.5 * 7.5) = 1.9); channel 1: step 2.5 is under 2 bars.
     assert committed[0, 0] == pytest.approx(np.sqrt(0.5 * 7.5)) and patched[0, 0] == 7.5
     assert patched[0, 1] == committed[0, 1] == pytest.approx(np.sqrt(0.5 * 2.5))
+
+
+def test_growing_refractory_holds_an_old_streams_second_alert_longer_not_a_young_streams_and_only_while_patched():
+    def alerts(first: int) -> list[int]:
+        gate = AlertGate(threshold=4.0, min_count=10, refractory=200, protect=200, n_streams=1)
+        scores = np.ones(first + 400)
+        scores[first], scores[first + 250] = 10.0, 10.0  # two events 250 readings apart, alike in size
+        return [t for t, s in enumerate(scores) if gate.decide(np.array([0]), np.array([s]))[0][0]]
+
+    with prototypes.parse("growing-refractory:share=0.1;most=2000").patches():
+        assert alerts(500) == [500, 750]  # young: 10 % of its life is under the committed 200
+        assert alerts(3000) == [3000]  # old: the period is 301 readings, the second event falls inside it
+    assert alerts(3000) == [3000, 3250]  # unpatched again
+
+
+def test_spent_peaks_keep_an_over_budget_streams_peaks_longer_not_a_streams_within_budget():
+    def peaks_after(alerts: int) -> float:
+        gate = AlertGate(threshold=4.0, min_count=1, refractory=0, protect=10, peaks=1, peak_decay=0.005,
+                         budget=2, budget_span=40_000, budget_cost=1.0, n_streams=1)  # fmt: skip
+        for t in range(alerts * 50 + 1000):  # ``alerts`` runs of surprise 30, 50 readings apart, then quiet
+            gate.decide(np.array([0]), np.array([30.0 if t < alerts * 50 and t % 50 == 0 else 1.0]))
+        return float(gate.peaks_[0].max())
+
+    committed_over, committed_within = peaks_after(4), peaks_after(2)
+    with prototypes.parse("spent-peaks:decay=0.001").patches():
+        assert peaks_after(4) > committed_over + 3  # over budget: 1,000 readings cost 1 instead of 5
+        assert peaks_after(2) == pytest.approx(committed_within)  # within budget: as committed
+    assert peaks_after(4) == pytest.approx(committed_over)  # unpatched again
