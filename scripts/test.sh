@@ -6,4 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -q -n "${TREP_EDGE_TEST_WORKERS:-2}" --dist worksteal "$@"
+workers=${TREP_EDGE_TEST_WORKERS:-2}
+case "$workers" in
+  0 | 1) ;;
+  # One math thread per worker: two workers each running torch on two threads fight over 2 cores (two tiny exports
+  # side by side took 52 s with two threads each, 37 s with one).
+  *) export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1} ;;
+esac
+exec .venv/bin/python -m pytest -q -n "$workers" --dist worksteal "$@"

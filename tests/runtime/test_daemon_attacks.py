@@ -221,7 +221,9 @@ def test_one_reading_ids_are_evicted_and_free_the_cap_and_the_checkpoint(tmp_pat
                                                                          vitals_model):  # fmt: skip
     # Per-stream state once grew by copying every stream's arrays per new stream and shrank one stream at a time:
     # 20,000 new ids stalled the loop for minutes (/healthz 503 after about 1,100 readings).
-    ids, per_message, evict_after = 20_000, 100, 15.0  # intake must end before the first eviction
+    # Intake must end before the first eviction, so that the cap is still full when "fresh" arrives: intake is held
+    # to 20 s below (a loaded slow 2-core box took over 15 s) and no stream can be evicted before evict_after.
+    ids, per_message, evict_after, intake_limit = 20_000, 100, 25.0, 20.0
     daemon = _payload_daemon(tmp_path, broker, daemons, vitals_model, windows={"max_streams": ids},
                              monitor={"tick_interval": 0.2, "evict_after": evict_after, "tick_max_messages": 20})
     out = collectors(broker.port, ["trep-edge/scores/fresh"])
@@ -241,7 +243,7 @@ def test_one_reading_ids_are_evicted_and_free_the_cap_and_the_checkpoint(tmp_pat
                 break
             if any(code != 200 for _, code, _ in probe.of("/healthz")):
                 break  # the loop stalled: fail now rather than at the deadline
-            if metrics["trep_edge_readings_total"] < ids and time.monotonic() - started > 20:
+            if metrics["trep_edge_readings_total"] < ids and time.monotonic() - started > intake_limit:
                 break  # intake crawls: fail now (a few seconds are enough for 20,000 new ids)
             time.sleep(0.25)
         evicted = time.monotonic() - started

@@ -80,14 +80,15 @@ def export_graph(encoder: TRepEncoder, path: Path, opset: int = OPSET) -> None:
     export_module(encoder, example, path, ["x", "mask", "t"], ["z"], dynamic, opset)
 
 
-GraphBuilder = Callable[[TRepEncoder, int], "bytes | None"]
+GraphBuilder = Callable[[TRepEncoder, int, "dict[str, bytes]"], "bytes | None"]
 GRAPH_BUILDERS: dict[str, GraphBuilder] = {
-    "last_step": last_step_graph,
     "pruned_pair": pruned_pair_graph,
+    "last_step": last_step_graph,  # cut out of the pruned pair graph when that was built
     "step": step_graph,
 }
-"""Extra graphs embedded in every exported model: name → builder(encoder, window) returning ONNX bytes, or None
-when the graph does not apply to this encoder. Register a new variant here with one line."""
+"""Extra graphs embedded in every exported model: name → builder(encoder, window, built) returning ONNX bytes, or
+None when the graph does not apply to this encoder. Builders run in this order and ``built`` holds the graphs built
+before, so one may derive from another instead of exporting again. Register a new variant here with one line."""
 
 
 def build_graphs(encoder: TRepEncoder, window: int, names: list[str] | None = None) -> dict[str, bytes]:
@@ -98,9 +99,12 @@ def build_graphs(encoder: TRepEncoder, window: int, names: list[str] | None = No
     unknown = sorted(set(names or []) - set(GRAPH_BUILDERS))
     if unknown:
         raise ValueError(f"unknown extra graph(s) {unknown}: choose from {sorted(GRAPH_BUILDERS)}")
-    chosen = GRAPH_BUILDERS if names is None else {n: GRAPH_BUILDERS[n] for n in names}
-    built = {name: build(encoder, window) for name, build in chosen.items()}
-    return {name: blob for name, blob in built.items() if blob is not None}
+    built: dict[str, bytes] = {}
+    for name, build in GRAPH_BUILDERS.items():
+        blob = build(encoder, window, built) if names is None or name in names else None
+        if blob is not None:
+            built[name] = blob
+    return built
 
 
 def shared_graphs(model_path: Path, graphs: dict[str, bytes]) -> dict[str, bytes]:

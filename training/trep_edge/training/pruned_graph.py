@@ -17,8 +17,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import onnx
+import onnx_ir as ir
 import torch
 import torch.nn.functional as F
+from onnx_ir.passes.common import RemoveUnusedNodesPass
 from torch import nn
 
 from trep_edge.training.encoder import TRepEncoder
@@ -204,13 +207,27 @@ class PrunedPairEncoder(LastStepEncoder):
         return h[:, 0], twin[:, 0]
 
 
-def last_step_graph(encoder: TRepEncoder, window: int) -> bytes:
-    """ONNX bytes of ``LastStepEncoder(encoder, window)``, exported like the full graph (dynamic batch only)."""
-    return _export(LastStepEncoder(encoder.eval().cpu(), window), [OUTPUT_NAME])
+def last_step_graph(encoder: TRepEncoder, window: int, built: dict[str, bytes] | None = None) -> bytes:
+    """ONNX bytes of ``LastStepEncoder(encoder, window)`` (dynamic batch only): the pruned pair graph's unmasked half.
+
+    ``PrunedPairEncoder.forward`` computes ``z_unmasked`` with ``LastStepEncoder``'s ops on the same weights, so the
+    pair graph (``built["pruned_pair"]`` when already exported) without ``z_masked`` and the nodes only it reads is
+    this graph. Cutting it out beats a second dynamo export, which is a third of a model's export time.
+    """
+    pair = (built or {}).get("pruned_pair") or pruned_pair_graph(encoder, window)
+    model = ir.from_proto(onnx.load_from_string(pair))
+    unmasked, masked = model.graph.outputs
+    model.graph.outputs.remove(masked)
+    unmasked.name = OUTPUT_NAME
+    RemoveUnusedNodesPass()(model)  # and the twin's initializers
+    proto = ir.to_proto(model)
+    onnx.checker.check_model(proto, full_check=True)
+    return proto.SerializeToString()
 
 
-def pruned_pair_graph(encoder: TRepEncoder, window: int) -> bytes:
-    """ONNX bytes of ``PrunedPairEncoder(encoder, window)`` (outputs ``z_unmasked``, ``z_masked``)."""
+def pruned_pair_graph(encoder: TRepEncoder, window: int, built: dict[str, bytes] | None = None) -> bytes:
+    """ONNX bytes of ``PrunedPairEncoder(encoder, window)`` (outputs ``z_unmasked``, ``z_masked``); ``built`` is
+    unused (the ``export.GRAPH_BUILDERS`` signature)."""
     return _export(PrunedPairEncoder(encoder.eval().cpu(), window), PAIR_OUTPUT_NAMES)
 
 

@@ -112,9 +112,10 @@ def export_step_graph(encoder: TRepEncoder, path: Path) -> dict:
     return layout
 
 
-def step_graph(encoder: TRepEncoder, window: int) -> bytes | None:
+def step_graph(encoder: TRepEncoder, window: int, built: dict[str, bytes] | None = None) -> bytes | None:
     """ONNX bytes of the step graph, or None when the encoder is not causal or reaches back further than ``window``
-    (the step engine would then not equal the windowed score; the daemon keeps the windowed engines)."""
+    (the step engine would then not equal the windowed score; the daemon keeps the windowed engines). ``built`` is
+    unused (the ``export.GRAPH_BUILDERS`` signature)."""
     if not encoder.cfg.causal:
         return None
     reach = receptive_field(encoder.cfg.block_dilations(), encoder.cfg.kernel_size)

@@ -180,15 +180,18 @@ def robust_location_scale(values: np.ndarray, floor: np.ndarray | float = 0.0) -
     if not seen.any():
         return loc, scale
     xs = x[seen]
-    med = np.nanmedian(xs, axis=1)
-    q75, q25 = np.nanpercentile(xs, [75, 25], axis=1)
+    # The NaN-aware reductions cost several times the plain ones, and the detector calls this twice per reading:
+    # take them only when a value is missing.
+    gaps = np.isnan(xs).any()
+    quantile, mean, std = (np.nanquantile, np.nanmean, np.nanstd) if gaps else (np.quantile, np.mean, np.std)
+    q25, med, q75 = quantile(xs, [0.25, 0.5, 0.75], axis=1)
     spread = (q75 - q25) / 1.349
     away = np.abs(xs - med[:, None])
     floor = np.broadcast_to(np.asarray(floor, dtype=np.float64), (n,))[seen]
     if floor.any():
-        spread = np.maximum(spread, floor * 1.2533 * np.nanmean(away, axis=1))
-    mad = np.nanmedian(away, axis=1) * 1.4826
-    std = np.nanstd(xs, axis=1)
+        spread = np.maximum(spread, floor * 1.2533 * mean(away, axis=1))
+    mad = quantile(away, 0.5, axis=1) * 1.4826
+    std = std(xs, axis=1)
     fallback = np.maximum(np.abs(med) * 0.01, 1e-3)
     spread = np.where(spread > 0, spread, np.where(mad > 0, mad, np.where(std > 0, std, fallback)))
     loc[seen], scale[seen] = med, spread
