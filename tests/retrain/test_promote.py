@@ -82,8 +82,8 @@ class Promotable:
 
 @pytest.fixture(scope="module")
 def promotable(tmp_path_factory, ucr_series) -> Promotable:
-    """Trained and exported with the CLI, as an operator would; the archive holds 3,000 normal readings of UCR 135
-    recorded by the daemon's own archive writer."""
+    """Trained and exported with the CLI, as an operator would; the archive holds 1,500 normal readings of UCR 135
+    recorded by the daemon's own archive writer (every promotion scores them one by one with each model)."""
     folder = tmp_path_factory.mktemp("promote")
     data = data_root() / "UCR_Anomaly/135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
     ckpt, a, b = folder / "run.pt", folder / "a.onnx", folder / "b.onnx"
@@ -95,11 +95,11 @@ def promotable(tmp_path_factory, ucr_series) -> Promotable:
     declare_archive_metrics(metrics)
     recorder = ArchiveRecorder(ArchiveConfig(enabled=True, path=str(folder / "archive"), queue_size=8192), metrics)
     recorder.start(ArchiveHeader(("value",), "ucr135", "0" * 64, 1.0))
-    t0 = float(int(time.time())) - 3000
-    for i, value in enumerate(ucr_series.values[:3000]):
+    t0 = float(int(time.time())) - 1500
+    for i, value in enumerate(ucr_series.values[:1500]):
         recorder.record("ucr135", t0 + i, {"value": float(value)})
     recorder.close()
-    assert metrics.value("trep_edge_archived_total") == 3000
+    assert metrics.value("trep_edge_archived_total") == 1500
     return Promotable(a, b, ckpt, folder / "archive")
 
 

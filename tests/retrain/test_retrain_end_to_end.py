@@ -72,9 +72,9 @@ def test_archive_retrain_promote_hot_swap_without_dropping_a_reading(tmp_path, b
         # for the swap, so the swap lands mid-stream however long promote takes on a loaded box.
 
         def stream_the_rest() -> None:
-            replay([series], publisher, TOPIC, rate=100, t0=t0, start=SWITCH, limit=n - HELD - SWITCH)
+            replay([series], publisher, TOPIC, rate=200, t0=t0, start=SWITCH, limit=n - HELD - SWITCH)
             swapped.wait(300)
-            replay([series], publisher, TOPIC, rate=100, t0=t0, start=n - HELD)
+            replay([series], publisher, TOPIC, rate=200, t0=t0, start=n - HELD)
 
         rest = threading.Thread(target=stream_the_rest)
         rest.start()
