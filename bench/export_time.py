@@ -4,7 +4,7 @@ Export is half of every per-stream benchmark's cost (train, export, score per st
 so its phases are worth seeing apart: the full graph's dynamo export, each registered extra graph
 (``export.GRAPH_BUILDERS``), calibration and the detector prior (the runtime's detector run over the calibration
 series, one reading at a time). The weights are random (seeded): export does not depend on training. Calibration
-data is UCR-anomaly 135, standardised, its first ``--calibration`` steps.
+data is UCR-anomaly 135, normalised as training data is, its first ``--calibration`` steps.
 
     python bench/export_time.py --out bench/results/export_time.md
 
@@ -26,6 +26,7 @@ import torch
 from trep_edge.datasets.paths import data_root
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
 from trep_edge.runtime.core.model_card import Scoring
+from trep_edge.runtime.core.preprocess import count_levels, fit_normalisation
 from trep_edge.training import export
 from trep_edge.training.config import TrainConfig
 from trep_edge.training.trainer import Trainer
@@ -47,9 +48,13 @@ def timed(phases: dict[str, float], name: str, fn):
     return run
 
 
-def export_phases(cfg: TrainConfig, window: int, series: np.ndarray) -> dict[str, float]:
-    """Seconds per phase of one ``export_encoder`` call (``total`` included) for a random encoder of ``cfg``."""
-    meta = {"dataset": "export-time", "channels": ["value"], "normalisation": None, "differencing": 0}
+def export_phases(cfg: TrainConfig, window: int, values: np.ndarray) -> dict[str, float]:
+    """Seconds per phase of one ``export_encoder`` call (``total`` included) for a random encoder of ``cfg``,
+    calibrated on ``values [T]``."""
+    x = values.astype(np.float32)[None, :, None]
+    norm = fit_normalisation(x, count_levels(x))  # as training data is read (training.data)
+    series = norm.apply(x)[0]
+    meta = {"dataset": "export-time", "channels": ["value"], "normalisation": norm.to_dict(), "differencing": 0}
     trainer = Trainer(cfg, input_dims=1, meta=meta)
     encoder = trainer.inference_encoder()
     card = export.build_card("export-time", encoder, meta, trainer.cfg.to_dict(), window, Scoring(), trainer.step)
@@ -86,14 +91,13 @@ def main() -> None:
         cfg = TrainConfig(hidden_dims=args.hidden_dims, depth=args.depth, repr_dims=args.repr_dims, seed=0)
     except ValueError as exc:
         parser.error(str(exc))
-    values = load_ucr_anomaly(data_root() / UCR_135).values[: args.calibration].astype(np.float32)
-    series = ((values - values.mean()) / values.std())[:, None]
-    phases = export_phases(cfg, args.window, series)
+    values = load_ucr_anomaly(data_root() / UCR_135).values[: args.calibration]
+    phases = export_phases(cfg, args.window, values)
     command = (f"python bench/export_time.py --hidden-dims {args.hidden_dims} --depth {args.depth} --repr-dims "
                f"{args.repr_dims} --window {args.window} --calibration {args.calibration}")  # fmt: skip
     threads = os.environ.get("OMP_NUM_THREADS", f"default ({torch.get_num_threads()})")
     text = "\n".join([
-        f"Command: `{command}`; torch threads {threads}; {len(series):,} calibration steps.",
+        f"Command: `{command}`; torch threads {threads}; {len(values):,} calibration steps.",
         "",
         "| phase | seconds | share |",
         "|---|---|---|",
