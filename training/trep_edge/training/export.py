@@ -309,6 +309,10 @@ def embed_graphs(model_path: Path, encoder: TRepEncoder, names: list[str] | None
     return card
 
 
+PRIOR_STEPS_PER_CALIBRATION_STEP = 5
+"""The detector prior's budget of steps per calibration step (``export_encoder``'s ``max_calibration_steps``)."""
+
+
 def export_encoder(
     encoder: TRepEncoder,
     card: ModelCard,
@@ -321,7 +325,8 @@ def export_encoder(
     """Export, write the card, calibrate on normal series with the runtime's scoring, and reload the result.
 
     ``graph_names``: the extra graphs to embed (``build_graphs``; default all that apply). ``with_prior``: write the
-    card's ``detector_prior`` from the calibration series (off for a general model, see ``training.commands``).
+    card's ``detector_prior`` from the calibration series (off for a general model, see ``training.commands``), at
+    most ``PRIOR_STEPS_PER_CALIBRATION_STEP · max_calibration_steps`` steps of them.
     """
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
@@ -335,7 +340,9 @@ def export_encoder(
             card.calibration = calibration_stats(staged_engine, calibration_series, max_calibration_steps)
             if with_prior:
                 # The detector's cold-start prior: its signals on the same normal data, as fresh streams see them.
-                budget = max(max_calibration_steps, 20_000)
+                # It reads more than the threshold (20,000 steps at the default 4,000), and scales with what was asked
+                # for, so that a small calibration is also a quick one (it runs the detector reading by reading).
+                budget = PRIOR_STEPS_PER_CALIBRATION_STEP * max_calibration_steps
                 card.detector_prior = detector_prior(staged_engine, calibration_series, max_steps=budget)
             write_card(staged, card)
         # The card first: a daemon watching the model file reloads when the model lands and reads its card then.

@@ -31,7 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--delay", type=int, default=7, help="readings after an alert during which no new alert is raised")
     p.add_argument("--calibration-data", help="normal data for the threshold (default: the checkpoint's training data)")
     p.add_argument("--calibration-rows", help="START:END slice of the calibration data")
-    p.add_argument("--calibration-steps", type=int, default=4000, help="at most this many scored steps for calibration")
+    p.add_argument("--calibration-steps", type=int, default=4000, help="at most this many scored steps for calibration "
+                   "(the detector prior reads up to five times as many)")
     p.add_argument("--no-calibration", action="store_true", help="leave the threshold to be learned online (cold start)")
     p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
     p.add_argument("--precision", help="also write reduced-precision variants, e.g. fp16,int8 (kept only if their "
