@@ -183,7 +183,7 @@ def robust_location_scale(values: np.ndarray, floor: np.ndarray | float = 0.0) -
     # The NaN-aware reductions cost several times the plain ones, and the detector calls this twice per reading:
     # take them only when a value is missing.
     gaps = np.isnan(xs).any()
-    quantile, mean, std = (np.nanquantile, np.nanmean, np.nanstd) if gaps else (np.quantile, np.mean, np.std)
+    quantile, mean, stdev = (np.nanquantile, np.nanmean, np.nanstd) if gaps else (np.quantile, np.mean, np.std)
     q25, med, q75 = quantile(xs, [0.25, 0.5, 0.75], axis=1)
     spread = (q75 - q25) / 1.349
     away = np.abs(xs - med[:, None])
@@ -191,7 +191,7 @@ def robust_location_scale(values: np.ndarray, floor: np.ndarray | float = 0.0) -
     if floor.any():
         spread = np.maximum(spread, floor * 1.2533 * mean(away, axis=1))
     mad = quantile(away, 0.5, axis=1) * 1.4826
-    std = std(xs, axis=1)
+    std = stdev(xs, axis=1)
     fallback = np.maximum(np.abs(med) * 0.01, 1e-3)
     spread = np.where(spread > 0, spread, np.where(mad > 0, mad, np.where(std > 0, std, fallback)))
     loc[seen], scale[seen] = med, spread
