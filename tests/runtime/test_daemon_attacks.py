@@ -208,7 +208,10 @@ def test_a_backlog_of_20000_readings_drains_with_health_and_checkpoints_on_time(
     late = max(t + wall - last for t, last in ticks)
     assert late < drained / 5, f"a tick came {late:.1f} s late in a {drained:.1f} s drain"
     changes = [t for (t, c), (_, prev) in zip(checkpoints[1:], checkpoints) if c > prev]
-    assert len(changes) >= 3 and max(np.diff([started] + changes)) < 3 * checkpoint_interval + 1.0, changes
+    # The first checkpoint waits for the first readings to arrive (publishing 2,000 messages took 6 s on a slow 2-core
+    # box): judge its cadence from there, and that it began while the queue was still draining.
+    assert len(changes) >= 3 and changes[0] < started + drained, (changes, drained)
+    assert max(np.diff(changes)) < 3 * checkpoint_interval + 1.0, changes
 
 
 # -- 3. 20,000 one-reading stream ids -----------------------------------------------------------------------------
