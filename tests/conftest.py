@@ -53,6 +53,13 @@ def _built_once(tmp_path_factory, name: str, build: Callable[[Path], Path]) -> P
 
 
 @pytest.fixture(scope="session")
+def built_once(tmp_path_factory) -> Callable[[str, Callable[[Path], Path]], Path]:
+    """``built_once(name, build)``: the file ``name`` built by ``build(path)`` once per test run and shared by the
+    xdist workers (``_built_once``); for what a module would otherwise build once in each worker."""
+    return lambda name, build: _built_once(tmp_path_factory, name, build)
+
+
+@pytest.fixture(scope="session")
 def ucr_series():
     """The UCR anomaly series 135 (InternalBleeding16), a small real series with one labelled anomaly."""
     from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly

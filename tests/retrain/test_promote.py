@@ -2,9 +2,12 @@
 install keeps, and ``trep-edge rollback`` (a real daemon sees the previous sha256 come back)."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -81,26 +84,32 @@ class Promotable:
 
 
 @pytest.fixture(scope="module")
-def promotable(tmp_path_factory, ucr_series) -> Promotable:
+def promotable(built_once, ucr_series) -> Promotable:
     """Trained and exported with the CLI, as an operator would; the archive holds 1,500 normal readings of UCR 135
     recorded by the daemon's own archive writer (every promotion scores them one by one with each model)."""
-    folder = tmp_path_factory.mktemp("promote")
-    data = data_root() / "UCR_Anomaly/135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
-    ckpt, a, b = folder / "run.pt", folder / "a.onnx", folder / "b.onnx"
-    assert cli(["train", str(data), "--iterations", "15", *TINY, "--out", str(ckpt), "--no-progress"]) == 0
-    for model, beta in ((a, "4"), (b, "5")):
-        assert cli(["export", str(ckpt), "--out", str(model), "--window", "64", "--beta", beta,
-                    "--calibration-steps", "500", "--graphs", "none"]) == 0  # fmt: skip
-    metrics = Metrics()
-    declare_archive_metrics(metrics)
-    recorder = ArchiveRecorder(ArchiveConfig(enabled=True, path=str(folder / "archive"), queue_size=8192), metrics)
-    recorder.start(ArchiveHeader(("value",), "ucr135", "0" * 64, 1.0))
-    t0 = float(int(time.time())) - 1500
-    for i, value in enumerate(ucr_series.values[:1500]):
-        recorder.record("ucr135", t0 + i, {"value": float(value)})
-    recorder.close()
-    assert metrics.value("trep_edge_archived_total") == 1500
-    return Promotable(a, b, ckpt, folder / "archive")
+
+    def build(ready: Path) -> Path:
+        folder = ready.parent
+        data = data_root() / "UCR_Anomaly/135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
+        ckpt = folder / "run.pt"
+        assert cli(["train", str(data), "--iterations", "15", *TINY, "--out", str(ckpt), "--no-progress"]) == 0
+        for model, beta in ((folder / "a.onnx", "4"), (folder / "b.onnx", "5")):
+            assert cli(["export", str(ckpt), "--out", str(model), "--window", "64", "--beta", beta,
+                        "--calibration-steps", "500", "--graphs", "none"]) == 0  # fmt: skip
+        metrics = Metrics()
+        declare_archive_metrics(metrics)
+        recorder = ArchiveRecorder(ArchiveConfig(enabled=True, path=str(folder / "archive"), queue_size=8192), metrics)
+        recorder.start(ArchiveHeader(("value",), "ucr135", "0" * 64, 1.0))
+        t0 = float(int(time.time())) - 1500
+        for i, value in enumerate(ucr_series.values[:1500]):
+            recorder.record("ucr135", t0 + i, {"value": float(value)})
+        recorder.close()
+        assert metrics.value("trep_edge_archived_total") == 1500
+        ready.write_text("built\n")
+        return ready
+
+    folder = built_once("promotable.ready", build).parent
+    return Promotable(folder / "a.onnx", folder / "b.onnx", folder / "run.pt", folder / "archive")
 
 
 def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
@@ -116,26 +125,67 @@ def _json(capsys, argv: list) -> dict:
     return json.loads(out[out.index("{") :])
 
 
+def _promote_argv(p: Promotable, candidate: Path, target: Path, *flags) -> list:
+    return ["promote", candidate, "--archive", p.archive, "--target", target, "--checkpoint", p.checkpoint,
+            "--calibration-steps", "500", "--max-alert-ratio", "10", "--min-alert-rate", "0.05", *flags]
+
+
 def _promote(capsys, p: Promotable, candidate: Path, target: Path, *flags) -> dict:
-    report = _json(capsys, ["promote", candidate, "--archive", p.archive, "--target", target, "--checkpoint",
-                            p.checkpoint, "--calibration-steps", "500", "--max-alert-ratio", "10",
-                            "--min-alert-rate", "0.05", *flags])  # fmt: skip
+    report = _json(capsys, _promote_argv(p, candidate, target, *flags))
     assert report["installed"] and report["sha256"] == file_sha256(target), report
     return report
 
 
-def _two_promotions(capsys, p: Promotable, target: Path) -> tuple[dict, dict, bytes, bytes]:
-    """Promote a, then b: (report a, report b, a's installed bytes, a's installed card)."""
-    first = _promote(capsys, p, p.a, target)
-    a_bytes, a_card = target.read_bytes(), sidecar_path(target).read_bytes()
-    second = _promote(capsys, p, p.b, target)
-    assert second["sha256"] != first["sha256"]
-    return first, second, a_bytes, a_card
+@dataclass
+class Installed:
+    """A target's folder after promoting a, then b (its history included): the two reports, a's bytes and card."""
+
+    folder: Path
+    first: dict
+    second: dict
+    a_bytes: bytes
+    a_card: bytes
+
+    def copy(self, tmp_path: Path) -> Path:
+        """A copy of the folder under ``tmp_path`` for one test to change: the copy's installed model file."""
+        shutil.copytree(self.folder, tmp_path / "models")
+        return tmp_path / "models" / "current.onnx"
 
 
-def test_rollback_restores_the_first_promoted_model_exactly_and_the_history_lists_both(tmp_path, capsys, promotable):
-    target = tmp_path / "models" / "current.onnx"
-    first, second, a_bytes, a_card = _two_promotions(capsys, promotable, target)
+@pytest.fixture(scope="module")
+def installed_twice(built_once, promotable) -> Installed:
+    """Two promotions (about 10 s each), done once per test run and copied by the tests that roll them back."""
+
+    def promote(candidate: Path, target: Path) -> dict:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli([str(a) for a in _promote_argv(promotable, candidate, target)])
+        assert code == 0, out.getvalue() + err.getvalue()
+        report = json.loads(out.getvalue()[out.getvalue().index("{") :])
+        assert report["installed"] and report["sha256"] == file_sha256(target), report
+        return report
+
+    def build(reports: Path) -> Path:
+        target = reports.parent / "models" / "current.onnx"
+        first = promote(promotable.a, target)
+        shutil.copyfile(target, reports.parent / "a.onnx")
+        shutil.copyfile(sidecar_path(target), reports.parent / "a.card.json")
+        second = promote(promotable.b, target)
+        assert second["sha256"] != first["sha256"]
+        reports.write_text(json.dumps([first, second]))
+        return reports
+
+    reports = built_once("installed_twice.json", build)
+    first, second = json.loads(reports.read_text())
+    a_bytes, a_card = (reports.parent / "a.onnx").read_bytes(), (reports.parent / "a.card.json").read_bytes()
+    return Installed(reports.parent / "models", first, second, a_bytes, a_card)
+
+
+def test_rollback_restores_the_first_promoted_model_exactly_and_the_history_lists_both(tmp_path, capsys,
+                                                                                      installed_twice):  # fmt: skip
+    target = installed_twice.copy(tmp_path)
+    first, second = installed_twice.first, installed_twice.second
+    a_bytes, a_card = installed_twice.a_bytes, installed_twice.a_card
     assert first["history"]["previous_sha256"] is None and second["history"]["previous_sha256"] == first["sha256"]
     listed = _json(capsys, ["rollback", "--list", "--target", target])
     assert listed["installed_sha256"] == second["sha256"]
@@ -155,9 +205,9 @@ def test_rollback_restores_the_first_promoted_model_exactly_and_the_history_list
     assert not list(target.parent.glob(".*.tmp")) and not list(history_folder(target).rglob(".*.tmp"))
 
 
-def test_a_rollback_of_a_rollback_returns_to_the_second_model(tmp_path, capsys, promotable):
-    target = tmp_path / "models" / "current.onnx"
-    first, second, _, _ = _two_promotions(capsys, promotable, target)
+def test_a_rollback_of_a_rollback_returns_to_the_second_model(tmp_path, capsys, installed_twice):
+    target = installed_twice.copy(tmp_path)
+    first, second = installed_twice.first, installed_twice.second
     b_bytes, b_card = target.read_bytes(), sidecar_path(target).read_bytes()
     assert _json(capsys, ["rollback", "--target", target])["sha256"] == first["sha256"]
     assert _json(capsys, ["rollback", "--target", target])["sha256"] == second["sha256"]
@@ -242,10 +292,10 @@ def test_a_model_that_ran_without_a_card_sidecar_comes_back_without_one(tmp_path
     assert target.read_bytes() == b"new model" and sidecar_path(target).read_text() == "new card"
 
 
-def test_a_running_daemon_reports_the_previous_sha256_after_a_rollback(tmp_path, capsys, promotable, broker, daemons,
-                                                                        collectors):  # fmt: skip
-    target = tmp_path / "models" / "current.onnx"
-    first, second, _, _ = _two_promotions(capsys, promotable, target)
+def test_a_running_daemon_reports_the_previous_sha256_after_a_rollback(tmp_path, capsys, installed_twice, broker,
+                                                                        daemons, collectors):  # fmt: skip
+    target = installed_twice.copy(tmp_path)
+    first, second = installed_twice.first, installed_twice.second
     daemon = daemons(tmp_path / "daemon", daemon_tables(broker, target, tmp_path / "daemon"))  # [model] watch: on
     daemon.start()
     daemon.wait_http("/readyz")

@@ -30,7 +30,9 @@ def test_train_then_export_writes_a_loadable_calibrated_model(npy_data, tmp_path
     summary = json.loads(capsys.readouterr().out)
     assert summary["steps"] == 3 and set(summary["final_losses"]) >= {"instance", "temporal", "divergence", "forecast"}
     model = tmp_path / "toy.onnx"
-    assert main(["export", str(ckpt), "--out", str(model), "--window", "16", "--calibration-steps", "200"]) == 0
+    # The full graph only (the extra graphs' exports are tested in test_export.py): half the export's time.
+    assert main(["export", str(ckpt), "--out", str(model), "--window", "16", "--calibration-steps", "200",
+                 "--graphs", "none"]) == 0  # fmt: skip
     engine = load_engine(model, "cpu")
     assert engine.card.channels == ["dim0", "dim1"] and engine.card.window == 16
     assert engine.card.calibration.n > 100
@@ -116,7 +118,7 @@ def test_odd_streams_train_on_their_first_15_percent_and_score_whole(name, value
     data = _nab_csv(tmp_path / f"{name}.csv", values)
     ckpt, model, out = tmp_path / "m.pt", tmp_path / "m.onnx", tmp_path / "scored.csv"
     assert main(["train", str(data), "--rows", "0:150", *TINY, "--out", str(ckpt)]) == 0
-    assert main(["export", str(ckpt), "--out", str(model), "--window", "32"]) == 0
+    assert main(["export", str(ckpt), "--out", str(model), "--window", "32", "--graphs", "none"]) == 0
     assert main(["score", str(data), "--model", str(model), "--no-plot", "--out", str(out)]) == 0
     capsys.readouterr()
     with out.open(newline="") as fh:
