@@ -120,7 +120,11 @@ def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
 
 
 def _json(capsys, argv: list) -> dict:
-    code, out, err = _run(capsys, argv)
+    return _report(*_run(capsys, argv))
+
+
+def _report(code: int, out: str, err: str) -> dict:
+    """The JSON a successful command printed."""
     assert code == 0, out + err
     return json.loads(out[out.index("{") :])
 
@@ -131,7 +135,11 @@ def _promote_argv(p: Promotable, candidate: Path, target: Path, *flags) -> list:
 
 
 def _promote(capsys, p: Promotable, candidate: Path, target: Path, *flags) -> dict:
-    report = _json(capsys, _promote_argv(p, candidate, target, *flags))
+    return _installed(_json(capsys, _promote_argv(p, candidate, target, *flags)), target)
+
+
+def _installed(report: dict, target: Path) -> dict:
+    """``report``, checked to say the candidate is installed at ``target``."""
     assert report["installed"] and report["sha256"] == file_sha256(target), report
     return report
 
@@ -160,10 +168,7 @@ def installed_twice(built_once, promotable) -> Installed:
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = cli([str(a) for a in _promote_argv(promotable, candidate, target)])
-        assert code == 0, out.getvalue() + err.getvalue()
-        report = json.loads(out.getvalue()[out.getvalue().index("{") :])
-        assert report["installed"] and report["sha256"] == file_sha256(target), report
-        return report
+        return _installed(_report(code, out.getvalue(), err.getvalue()), target)
 
     def build(reports: Path) -> Path:
         target = reports.parent / "models" / "current.onnx"
