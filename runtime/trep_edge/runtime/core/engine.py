@@ -560,6 +560,9 @@ def load_engine(
         fallback = f"requested {missing} not available in this onnxruntime; running on {chosen}"
         log.warning("EXECUTION PROVIDER FALLBACK: %s", fallback)
     options = ort.SessionOptions()
+    # Idle intra-op threads sleep instead of spinning: on a small edge box the spin took CPU from the monitor's own
+    # Python (windows, detector, MQTT) and from other processes, for no measurable gain (docs/performance.md).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if threads:
         options.intra_op_num_threads = threads
     data = path.read_bytes()
