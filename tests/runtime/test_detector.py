@@ -843,8 +843,8 @@ def test_the_general_model_alerts_a_frozen_sensor_a_few_readings_into_the_freeze
     late = np.flatnonzero(detect_recording(engine, x[:, None], DetectorConfig(stuck=0)).alerts)
     assert not ((late >= at) & (late <= at + 3)).any()
     # A level far beyond what the stream scale has learnt is clipped for the model, not frozen: no stuck alert.
-    y = 50 + rng.normal(0, 0.2, n)
-    y[at:] += 40  # 200 learnt scales: past the scaler's clip of 100
+    y = 50 + rng.normal(0, 0.2, 1300)
+    y[1100:] += 40  # 200 learnt scales: past the scaler's clip of 100 (after the 1,000 pairs a stuck alert needs)
     np.testing.assert_array_equal(detect_recording(engine, y[:, None]).alerts,
                                   detect_recording(engine, y[:, None], DetectorConfig(stuck=0)).alerts)
 

@@ -167,7 +167,8 @@ def test_training_data_bends_its_count_channels_and_the_exported_card_carries_th
     assert load_training_data(str(tmp_path / "feed.npy"), differencing=1).normalisation.counts is None
     given = Normalisation(np.float32([20, 50]), np.float32([5, 2]))  # fine-tuning keeps the base model's input
     assert load_training_data(str(tmp_path / "feed.npy"), normalisation=given).normalisation is given
-    engine = load_engine(export_tiny(x, ["requests", "level"], tmp_path / "m.onnx", window=32, iterations=2), "cpu")
+    engine = load_engine(export_tiny(x, ["requests", "level"], tmp_path / "m.onnx", window=32, iterations=2, graphs=[]),
+                         "cpu")
     assert engine.card.normalisation["counts"] == [pytest.approx(level), 0.0]
 
 

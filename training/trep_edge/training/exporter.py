@@ -6,6 +6,9 @@ those graph builders to register them; a builder importing ``export.py`` back wo
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import onnx
@@ -14,6 +17,36 @@ import torch
 from onnxscript.optimizer import optimize_ir
 
 OPSET = 18
+
+
+@contextlib.contextmanager
+def _one_registry() -> Iterator[None]:
+    """Inside: torch.onnx builds its aten → ONNX function registry once per opset and process, not once per export.
+
+    Every ``torch.onnx.export`` call rebuilt it from torchlib (about 2 s on a slow 2-core box, an eighth of a small
+    model's export), and a model file takes two or three exports; the exporter only reads it. Where torch's
+    internals differ from what this expects, exports build their own as before.
+    """
+    try:
+        from torch.onnx._internal.exporter import _registration
+
+        registry_class = _registration.ONNXRegistry
+        original = registry_class.__dict__["from_torchlib"]
+    except (ImportError, AttributeError, KeyError):
+        yield
+        return
+    build = registry_class.from_torchlib
+    registry_class.from_torchlib = classmethod(lambda cls, opset_version: _registry(build, opset_version))
+    try:
+        yield
+    finally:
+        registry_class.from_torchlib = original
+
+
+@functools.lru_cache(maxsize=4)
+def _registry(build: Callable[..., object], opset_version: int) -> object:
+    """torch's registry for ``opset_version``, built by ``build`` (``from_torchlib``) on the first call only."""
+    return build(opset_version=opset_version)
 
 
 def export_module(
@@ -33,19 +66,20 @@ def export_module(
     (``runtime/trep_edge/runtime/core/model_file.py``); onnxruntime still folds layouts at load.
     """
     module.eval()  # inference graphs: also keeps torch from warning that a wrapper is still in training mode
-    torch.onnx.export(
-        module,
-        example,
-        str(path),
-        input_names=input_names,
-        output_names=output_names,
-        opset_version=opset,
-        dynamo=True,
-        dynamic_shapes=dynamic,
-        external_data=False,
-        verbose=False,
-        optimize=not keep_weights,
-    )
+    with _one_registry():
+        torch.onnx.export(
+            module,
+            example,
+            str(path),
+            input_names=input_names,
+            output_names=output_names,
+            opset_version=opset,
+            dynamo=True,
+            dynamic_shapes=dynamic,
+            external_data=False,
+            verbose=False,
+            optimize=not keep_weights,
+        )
     if keep_weights:
         model = ir.load(str(path))
         optimize_ir(model, should_fold=_reads_no_weight)
