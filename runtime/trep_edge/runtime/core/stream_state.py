@@ -80,7 +80,7 @@ class StreamState:
         idx = idx.astype(np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= self.n_streams):
             raise ValueError(f"stream_idx must lie in 0..{self.n_streams - 1}; add streams with add_streams first")
-        if np.unique(idx).size != idx.size:
+        if idx.size > 1 and np.unique(idx).size != idx.size:  # (one index cannot repeat: a stream scored alone)
             raise ValueError("stream_idx must not repeat a stream within one call: feed one reading per stream")
         if values is not None and np.shape(values) != idx.shape:
             raise ValueError(f"{name} must have shape {idx.shape} (one value per stream_idx), got {np.shape(values)}")
