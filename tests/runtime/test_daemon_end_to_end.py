@@ -6,9 +6,9 @@ Two streams are replayed at once, accelerated (1000 readings/s each), by two ``t
   labelled anomaly (steps 4186..4198), offline either; nor does the shipped general model (docs/detection.md: UCR
   top-1 0 for every detector in the benchmark). The detection assertion on it is kept, marked as an expected
   failure (strict, so it is noticed if a better fixture model starts detecting it).
-- ``ucr135-spike``: the same series with a 3-point spike (+200, about 15 normalisation scales) injected at steps
-  5500..5502 and labelled there (through the file name, as the archive labels its anomalies). The model detects
-  spikes; this stream shows the alert path end to end.
+- ``ucr135-spike``: the series' first 3,000 readings with a 3-point spike (+200, about 15 normalisation scales)
+  injected at steps 2500..2502 and labelled there (through the file name, as the archive labels its anomalies). The
+  model detects spikes; this stream shows the alert path end to end.
 
 For both, the daemon's per-step scores and its alert episodes must equal those of ``trep-edge score`` on the same
 file.
@@ -27,7 +27,8 @@ from broker import Broker, Collector, DaemonProcess, daemon_tables
 from trep_edge.runtime.core.detector import DetectorConfig
 
 TOPIC = "sensors/{stream}/telemetry"
-SPIKE_AT = (5500, 5503)  # injected anomaly, steps [start, end)
+SPIKE_AT = (2500, 2503)  # injected anomaly, steps [start, end)
+LENGTH = {"ucr135": 7501, "ucr135-spike": 3000}  # readings per stream: the whole series, and a cut of it
 RATE = 1000
 
 
@@ -49,7 +50,7 @@ def e2e(tmp_path_factory, univariate_model, ucr_series):
     folder = tmp_path_factory.mktemp("e2e")
     real = folder / "135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
     _write_ucr(real, ucr_series.values)
-    spiked_values = ucr_series.values.copy()
+    spiked_values = ucr_series.values[: LENGTH["ucr135-spike"]].copy()
     spiked_values[SPIKE_AT[0] : SPIKE_AT[1]] += 200.0
     # Archive names give 1-based inclusive anomaly positions.
     spiked = folder / f"135_UCR_Anomaly_InternalBleeding16spike_1200_{SPIKE_AT[0] + 1}_{SPIKE_AT[1]}.txt"
@@ -72,9 +73,8 @@ def e2e(tmp_path_factory, univariate_model, ucr_series):
         for proc in replays:
             out, _ = proc.communicate(timeout=90)
             assert proc.returncode == 0, out.decode()
-        n = len(ucr_series.values)
         for stream in streams:
-            collector.wait_count(f"trep-edge/scores/{stream}", n, timeout=60)
+            collector.wait_count(f"trep-edge/scores/{stream}", LENGTH[stream], timeout=60)
         daemon_scores = {s: [m.json() for m in collector.select(f"trep-edge/scores/{s}")] for s in streams}
         alerts = {s: [m.json() for m in collector.select(f"trep-edge/alerts/{s}")] for s in streams}
         metrics = daemon.metrics()
@@ -92,7 +92,7 @@ def e2e(tmp_path_factory, univariate_model, ucr_series):
         broker.stop()
     offline = {s: _score_csv(univariate_model, p, s, folder / f"{s}.csv") for s, p in streams.items()}
     return {"scores": daemon_scores, "alerts": alerts, "offline": offline, "metrics": metrics, "retained": retained,
-            "labels": {"ucr135": ucr_series.labels, "ucr135-spike": _spike_labels(len(ucr_series.values))}}  # fmt: skip
+            "labels": {"ucr135": ucr_series.labels, "ucr135-spike": _spike_labels(LENGTH["ucr135-spike"])}}  # fmt: skip
 
 
 def _spike_labels(n: int) -> np.ndarray:
@@ -119,7 +119,7 @@ def _offline_events(e2e, stream) -> list[tuple[int, str, str, str, str]]:
 @pytest.mark.parametrize("stream", ["ucr135", "ucr135-spike"])
 def test_daemon_scores_every_step_as_trep_edge_score_does(e2e, stream):
     scores, offline = e2e["scores"][stream], e2e["offline"][stream]
-    assert len(scores) == len(offline) == 7501
+    assert len(scores) == len(offline) == LENGTH[stream]
     steps = [s["step"] for s in scores]
     assert steps == list(range(steps[0], steps[0] + len(steps))), "steps missing, repeated or out of order"
     np.testing.assert_allclose(_floats(scores, "raw"), _floats(offline, "raw"), rtol=1e-4, atol=1e-6)
@@ -173,7 +173,7 @@ def test_real_labelled_anomaly_of_ucr135_raises_an_alert_inside_it(e2e):
 
 def test_end_to_end_run_dropped_and_rejected_nothing(e2e):
     m = e2e["metrics"]
-    assert m["trep_edge_readings_total"] == 2 * 7501
+    assert m["trep_edge_readings_total"] == sum(LENGTH.values())
     assert m.get("trep_edge_dropped_total", 0) == 0
     assert not [k for k, v in m.items() if k.startswith(("trep_edge_malformed_total", "trep_edge_rejected_total")) and v]
 
