@@ -851,7 +851,7 @@ def test_the_general_model_alerts_a_frozen_sensor_a_few_readings_into_the_freeze
 
 def test_the_general_model_alerts_a_burst_that_comes_right_after_an_ordinary_alert():
     rng = np.random.default_rng(2)
-    n = 2000
+    n = 1000
     x = rng.poisson(20 * np.exp(rng.normal(0, 0.5, n))).astype(float)  # bursty counts: they alert now and then
     engine = load_engine(Path(__file__).resolve().parents[2] / "models" / "general.onnx", "cpu")
     plain = DetectorConfig(escalate=0)
