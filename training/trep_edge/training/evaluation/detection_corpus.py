@@ -25,6 +25,8 @@
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,7 +105,14 @@ def inject(
 
 
 def _sources(root: Path) -> list[tuple[str, np.ndarray]]:
-    """Named real normal signals ``[T, 3]`` (three channels of one recording), held-out halves only."""
+    """Named real normal signals ``[T, 3]`` (three channels of one recording), held-out halves only (read-only)."""
+    return list(_read_sources(Path(root)))
+
+
+@functools.lru_cache(maxsize=2)
+def _read_sources(root: Path) -> tuple[tuple[str, np.ndarray], ...]:
+    """``_sources``, read once per process: every category draws from them, and parsing the five CSVs took about
+    5 s a call. Read-only, so that no category can change what the next one draws."""
     out = []
     for name in ("ETTh1", "ETTh2", "ETTm1", "ETTm2"):
         frame = load_csv(root / "ETT" / f"{name}.csv")
@@ -116,7 +125,9 @@ def _sources(root: Path) -> list[tuple[str, np.ndarray]]:
     cols = [c for c in range(half.shape[1]) if np.isfinite(half[:, c]).mean() > 0.8 and np.nanstd(half[:, c]) > 0
             and not (np.diff(half[np.isfinite(half[:, c]), c]) > 0).all()]
     out.append(("mimic." + "+".join(mimic.channels[c] for c in cols[:3]), half[:, cols[:3]]))
-    return out
+    for _, values in out:
+        values.flags.writeable = False
+    return tuple(out)
 
 
 def _excerpt(
