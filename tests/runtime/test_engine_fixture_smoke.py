@@ -9,3 +9,11 @@ def test_tiny_models_load_and_score(univariate_engine, vitals_model):
     assert zu.shape == (3, 16) and not np.allclose(zu, zm)
     assert univariate_engine.card.calibration is not None
     assert load_engine(vitals_model, "cpu").card.channels == ["HR", "SpO2", "RESP"]
+
+
+def test_engine_sessions_let_idle_threads_sleep(univariate_engine):
+    # Spinning intra-op threads took CPU from the monitor's Python on a 2-core box for no gain (docs/performance.md).
+    sessions = [univariate_engine.session, *univariate_engine.graphs.values()]
+    assert len(sessions) >= 2
+    for session in sessions:
+        assert session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"

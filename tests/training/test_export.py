@@ -62,6 +62,19 @@ def test_parity_torch_vs_onnxruntime_within_1e4_and_identical_alerts(univariate_
     assert report.alerts_identical is True
 
 
+def test_exports_in_one_process_share_torchs_registry_and_leave_torch_as_it_was():
+    from torch.onnx._internal.exporter import _registration
+
+    from trep_edge.training.exporter import OPSET, _one_registry
+
+    before = _registration.ONNXRegistry.__dict__["from_torchlib"]
+    with _one_registry():
+        first = _registration.ONNXRegistry.from_torchlib(opset_version=OPSET)
+    with _one_registry():  # torch.onnx.export asks through an instance
+        assert _registration.ONNXRegistry().from_torchlib(opset_version=OPSET) is first
+    assert _registration.ONNXRegistry.__dict__["from_torchlib"] is before
+
+
 def _rewrite_card(src, dst, mutate):
     model = onnx.load(str(src))
     meta = {p.key: p.value for p in model.metadata_props}

@@ -36,7 +36,7 @@ def _one_registry() -> Iterator[None]:
         yield
         return
     build = registry_class.from_torchlib
-    registry_class.from_torchlib = classmethod(lambda cls, opset_version: _registry(build, opset_version))
+    registry_class.from_torchlib = classmethod(lambda cls, *args, **kwargs: _registry(build, *args, **kwargs))
     try:
         yield
     finally:
@@ -44,9 +44,9 @@ def _one_registry() -> Iterator[None]:
 
 
 @functools.lru_cache(maxsize=4)
-def _registry(build: Callable[..., object], opset_version: int) -> object:
-    """torch's registry for ``opset_version``, built by ``build`` (``from_torchlib``) on the first call only."""
-    return build(opset_version=opset_version)
+def _registry(build: Callable[..., object], *args: object, **kwargs: object) -> object:
+    """torch's registry for these arguments (the opset), built by ``build`` (``from_torchlib``) on the first call."""
+    return build(*args, **kwargs)
 
 
 def export_module(

@@ -26,7 +26,6 @@
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass, field
 from pathlib import Path
 
