@@ -23,6 +23,7 @@ import sys
 import numpy as np
 import pytest
 from broker import Broker, Collector, DaemonProcess, daemon_tables
+from ucr_files import write_ucr
 
 from trep_edge.runtime.core.detector import DetectorConfig
 
@@ -30,10 +31,6 @@ TOPIC = "sensors/{stream}/telemetry"
 SPIKE_AT = (2500, 2503)  # injected anomaly, steps [start, end)
 LENGTH = {"ucr135": 7501, "ucr135-spike": 3000}  # readings per stream: the whole series, and a cut of it
 RATE = 1000
-
-
-def _write_ucr(path, values) -> None:
-    path.write_text("\n".join(repr(float(v)) for v in values) + "\n")
 
 
 def _score_csv(model, data, stream, out) -> list[dict]:
@@ -49,12 +46,12 @@ def e2e(tmp_path_factory, univariate_model, ucr_series):
     """Replay both streams through broker and daemon; return the daemon's scores/alerts and the offline CSVs."""
     folder = tmp_path_factory.mktemp("e2e")
     real = folder / "135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
-    _write_ucr(real, ucr_series.values)
+    write_ucr(real, ucr_series.values)
     spiked_values = ucr_series.values[: LENGTH["ucr135-spike"]].copy()
     spiked_values[SPIKE_AT[0] : SPIKE_AT[1]] += 200.0
     # Archive names give 1-based inclusive anomaly positions.
     spiked = folder / f"135_UCR_Anomaly_InternalBleeding16spike_1200_{SPIKE_AT[0] + 1}_{SPIKE_AT[1]}.txt"
-    _write_ucr(spiked, spiked_values)
+    write_ucr(spiked, spiked_values)
     streams = {"ucr135": real, "ucr135-spike": spiked}
 
     broker = Broker(folder / "broker")

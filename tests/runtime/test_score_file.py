@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from ucr_files import write_ucr
 
 from trep_edge.runtime.core.detector import DetectorConfig
 from trep_edge.runtime.core.offline import detect_recording
@@ -91,7 +92,7 @@ def test_score_command_writes_csv_and_png(tmp_path, univariate_model, ucr_series
     # The archive file cut after its labelled anomaly (4,500 of 7,501 readings keep the test quick); its name still
     # gives the split and the labels.
     data = tmp_path / "135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"
-    data.write_text("\n".join(repr(float(v)) for v in ucr_series.values[:4500]) + "\n")
+    write_ucr(data, ucr_series.values[:4500])
     cmd = [sys.executable, "-m", "trep_edge.cli", "score", str(data), "--model", str(univariate_model),
            "--out", str(tmp_path / "s.csv"), "--config", str(tmp_path / "m.toml"),
            "--providers", "cpu"]  # fmt: skip
