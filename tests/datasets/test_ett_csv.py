@@ -11,7 +11,7 @@ ICU_CSV = "icu_vitals/s00001_numerics/s00001-2896-10-10-00-31n_decoded.csv"
 def test_etth1_has_17420_hours_of_7_channels_with_timestamps(shared_data):
     series = load_csv(require(shared_data / "ETT" / "ETTh1.csv"))
     assert series.values.shape == (17420, 7)
-    assert series.values.dtype == np.float32
+    assert series.values.dtype == np.float64
     assert series.channels == ETT_CHANNELS
     assert series.name == "ETTh1"
     assert series.timestamps[0] == np.datetime64("2016-07-01T00:00:00")
@@ -68,7 +68,14 @@ def test_numeric_first_column_is_a_channel(tmp_path):
     series = load_csv(write(tmp_path, "n.csv", "t,x\n20200101,1\n20200102,2\n"))
     assert series.timestamps is None
     assert series.channels == ["t", "x"]
-    assert series.values[1, 0] == np.float32(20200102)
+    assert series.values[1, 0] == 20200102
+
+
+def test_a_meters_total_keeps_its_last_digits(tmp_path):
+    # An energy meter's running total near 1.2e7 kWh steps by 0.1: float32 (steps of 1 there) read 0 or 1.
+    series = load_csv(write(tmp_path, "meter.csv", "t,kwh\n2020-01-01 00:00,12345678.9\n2020-01-01 00:01,12345679.0\n"))
+    assert series.values[:, 0].tolist() == [12345678.9, 12345679.0]
+    assert load_csv(write(tmp_path, "m32.csv", "kwh\n12345678.9\n"), dtype=np.float32).values.dtype == np.float32
 
 
 def test_blank_lines_are_skipped_and_line_numbers_stay_true(tmp_path):

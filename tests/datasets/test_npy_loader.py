@@ -19,12 +19,16 @@ def test_shapes_become_batches_of_series(tmp_path, shape, expected):
     array = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
     loaded = load_npy(saved(tmp_path, array))
     assert loaded.shape == expected
-    assert loaded.dtype == np.float32
+    assert loaded.dtype == np.float64
     np.testing.assert_array_equal(loaded.ravel(), array.ravel())
 
 
-def test_integers_become_float32(tmp_path):
-    assert load_npy(saved(tmp_path, np.array([1, 2], dtype=np.int16))).dtype == np.float32
+def test_float32_stays_float32_and_integers_and_float64_keep_their_digits(tmp_path):
+    assert load_npy(saved(tmp_path, np.array([1.5, 2], dtype=np.float32))).dtype == np.float32
+    counter = np.array([2**40, 2**40 + 1])  # int64: float32 would read both as 2**40
+    np.testing.assert_array_equal(load_npy(saved(tmp_path, counter, "c.npy")).ravel(), counter)
+    total = np.array([12_345_678.9, 12_345_679.0])
+    np.testing.assert_array_equal(load_npy(saved(tmp_path, total, "t.npy")).ravel(), total)
 
 
 def test_four_dimensions_are_refused(tmp_path):

@@ -46,9 +46,11 @@ def test_readings_come_back_per_stream_on_the_step_grid_with_gaps_as_nan(tmp_pat
     rec.record("bed1", t0 + 1.1, {"HR": 81.0})  # step t0+1, SpO2 missing
     rec.record("bed1", t0 + 3, {"HR": 83.0, "SpO2": math.nan})  # step t0+2 has no reading at all
     rec.record("bed,2", t0, {"SpO2": 95.5})  # a comma in a stream id survives the CSV
+    rec.record("meter", t0, {"HR": 12_345_678.9})  # a running total keeps its last digits for retraining
     rec.close()
-    assert metrics.value("trep_edge_archived_total") == 4
+    assert metrics.value("trep_edge_archived_total") == 5
     series = {s.stream: s for s in read_archive(tmp_path / "archive")}
+    assert series["meter"].values[0, 0] == 12_345_678.9
     bed1 = series["bed1"]
     assert bed1.channels == ["HR", "SpO2"] and list(bed1.timestamps) == [t0, t0 + 1, t0 + 2, t0 + 3]
     np.testing.assert_array_equal(bed1.values, [[80, 97], [81, np.nan], [np.nan, np.nan], [83, np.nan]])

@@ -67,6 +67,21 @@ def test_streamed_windows_equal_offline_preparation_bit_for_bit(differencing, fo
     assert store.counters["incomplete"] == int((~complete).sum())
 
 
+def test_a_meters_total_is_differenced_and_normalised_with_its_last_digits():
+    # A running total near 1.2e7 that grows 0.1 or 0.3 a step, scored as its rate (differencing 1). In float32 the
+    # total reads in steps of 1, so the increments came out as 0 or 1 (normalised: -0.75 or -0.25).
+    card = make_card(channels=("kwh",), window=3, differencing=1)
+    increments = np.array([0.1, 0.3, 0.1, 0.1, 0.3])
+    totals = 12_345_678.9 + np.concatenate([[0.0], np.cumsum(increments)])
+    store = WindowStore(card)
+    for t, total in enumerate(totals):
+        feed(store, "meter", 1000 + t, kwh=total)
+    prepared = store.collect(now=2000.0).prepared[1:, 0]
+    np.testing.assert_allclose(prepared, (increments - 1.5) / 2.0, atol=1e-6)
+    offline = prepare(SimpleNamespace(card=card), totals[:, None])[1:, 0]
+    np.testing.assert_array_equal(offline, prepared)
+
+
 def test_a_step_with_a_missing_channel_is_incomplete_and_gets_no_window():
     store = WindowStore(make_card())
     feed(store, "a", 0, HR=70)

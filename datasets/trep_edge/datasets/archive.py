@@ -148,7 +148,7 @@ def read_archive(
             ts = float(row[1])
             if since is not None and ts < since:
                 continue
-            values = np.array([np.nan if i is None or row[i] == "" else float(row[i]) for i in columns], np.float32)
+            values = np.array([np.nan if i is None or row[i] == "" else float(row[i]) for i in columns], np.float64)
             readings[row[0]].append((ts, values))
     out = []
     for stream in sorted(readings):
@@ -175,7 +175,7 @@ def _on_grid(
     breaks = np.flatnonzero(np.diff(steps) > max_gap) + 1
     series = []
     for seg_steps, seg_values in zip(np.split(steps, breaks), np.split(values, breaks)):
-        grid = np.full((seg_steps[-1] - seg_steps[0] + 1, len(channels)), np.nan, dtype=np.float32)
+        grid = np.full((seg_steps[-1] - seg_steps[0] + 1, len(channels)), np.nan, dtype=np.float64)
         grid[seg_steps - seg_steps[0]] = seg_values
         if np.isnan(grid).all():
             continue

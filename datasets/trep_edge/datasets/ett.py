@@ -19,7 +19,7 @@ from trep_edge.datasets.timestamps import is_time_column, parse_timestamps
 class Series:
     """A multichannel series read from a CSV file.
 
-    values: float32 [T, C], NaN where a cell was empty.
+    values: float64 [T, C], NaN where a cell was empty (a meter's total keeps its last digits).
     channels: the C column names, in file order (the timestamp column excluded).
     timestamps: UTC datetime64[ms] [T] when the first column holds timestamps (datasets/trep_edge/datasets/timestamps.py), else None.
     name: the file name without its extension.
@@ -46,9 +46,10 @@ as a sensor channel it would make the detector read the answer (``load_csv`` kee
 
 
 def load_csv(
-    path: str | os.PathLike[str], zero_as_missing: bool | Collection[str] = False, only: Sequence[str] | None = None
+    path: str | os.PathLike[str], zero_as_missing: bool | Collection[str] = False, only: Sequence[str] | None = None,
+    dtype: type = np.float64,
 ) -> Series:
-    """Load a CSV with a header; a first timestamp column becomes the timestamps, the rest float32 values.
+    """Load a CSV with a header; a first timestamp column becomes the timestamps, the rest float64 values.
 
     The format (accepted timestamps included) is ``CSV_FORMAT`` in datasets/trep_edge/datasets/timestamps.py.
 
@@ -56,6 +57,8 @@ def load_csv(
     (e.g. the sensor columns of a file whose first column is a minute counter starting at 0).
     only: the channels to read, in this order; the other columns are not parsed, so a text column (a status, a
     unit) does not stop a file whose sensor columns are named.
+    dtype: of the values; float32 for a fixed corpus built from the file since before readings kept float64, so
+    that it stays the same corpus.
     """
     table = read_csv_table(path)
     has_time = is_time_column(table.header[0], table.rows[0][0])
@@ -93,7 +96,7 @@ def load_csv(
         labels = binary_labels(matrix[:, -1], column=columns[label_at[0]], source=table.source,
                                line_numbers=table.line_numbers)  # fmt: skip
     channels = [columns[i] for i in keep]
-    values = matrix[:, : len(keep)].astype(np.float32)
+    values = matrix[:, : len(keep)].astype(dtype)
     timestamps = None
     if has_time:
         cells = [row[0] for row in table.rows]

@@ -14,7 +14,8 @@ _NUMERIC_KINDS = "iuf"
 
 
 def load_npy(path: str | os.PathLike[str]) -> np.ndarray:
-    """Load a .npy array of shape [T], [T, C] or [N, T, C] and return it as float32 [N, T, C]."""
+    """Load a .npy array of shape [T], [T, C] or [N, T, C] and return it as [N, T, C] floats: float32 if stored so,
+    else float64 (an int64 counter or a float64 total keeps its last digits)."""
     path = Path(path)
     with path.open("rb") as f:
         # Checked up front because numpy reports any non-.npy file (an .npz, text) as "pickled data".
@@ -35,4 +36,4 @@ def load_npy(path: str | os.PathLike[str]) -> np.ndarray:
         array = array[None, :, None]
     elif array.ndim == 2:
         array = array[None]
-    return array.astype(np.float32, copy=False)
+    return array.astype(np.float32 if array.dtype == np.float32 else np.float64, copy=False)

@@ -161,7 +161,8 @@ def _fill_observed(series: np.ndarray, limit: int) -> np.ndarray:
 
 def _pad_stack(series: list[np.ndarray]) -> np.ndarray:
     """Series ``[T_i, C]`` of different lengths → ``[N, max T_i, C]``, NaN-padded at the end."""
-    x = np.full((len(series), max(len(s) for s in series), series[0].shape[1]), np.nan, dtype=np.float32)
+    dtype = np.result_type(np.float32, *(s.dtype for s in series))  # a float64 source keeps its digits
+    x = np.full((len(series), max(len(s) for s in series), series[0].shape[1]), np.nan, dtype=dtype)
     for i, s in enumerate(series):
         x[i, : len(s)] = s
     return x
@@ -171,6 +172,6 @@ def _pad_to(x: np.ndarray, length: int) -> np.ndarray:
     """NaN-pad ``[N, T, C]`` to ``length`` steps so train and test share T (unequal-length sets differ by split)."""
     if x.shape[1] >= length:
         return x
-    out = np.full((x.shape[0], length, x.shape[2]), np.nan, dtype=np.float32)
+    out = np.full((x.shape[0], length, x.shape[2]), np.nan, dtype=np.result_type(np.float32, x.dtype))
     out[:, : x.shape[1]] = x
     return out

@@ -50,7 +50,8 @@ def _first_half(values: np.ndarray) -> np.ndarray:
 def ett_series(root: Path) -> Iterator[np.ndarray]:
     """Every channel of the four ETT files, first half of the rows (the second half is held out)."""
     for name in ("ETTh1", "ETTh2", "ETTm1", "ETTm2"):
-        values = _first_half(load_csv(root / "ETT" / f"{name}.csv").values)
+        # float32, as the shipped general model was trained on it
+        values = _first_half(load_csv(root / "ETT" / f"{name}.csv", dtype=np.float32).values)
         yield from values.T
 
 
@@ -87,7 +88,7 @@ def mimic_series(root: Path) -> Iterator[np.ndarray]:
     for path in sorted((root / "icu_vitals" / "s00001_numerics").glob("*_decoded.csv")):
         series = load_csv(path)
         sensors = [c for c in series.channels if c != "minute"]
-        values = load_csv(path, zero_as_missing=sensors).values
+        values = load_csv(path, zero_as_missing=sensors, dtype=np.float32).values
         for c, name in enumerate(series.channels):
             if name in sensors:
                 yield _first_half(values[:, c])

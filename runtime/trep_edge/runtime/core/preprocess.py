@@ -11,12 +11,22 @@ import numpy as np
 from trep_edge.runtime.core.model_card import ModelCard
 from trep_edge.runtime.core.stream_state import StreamState
 
+def precise(x: np.ndarray) -> np.ndarray:
+    """``x`` as floats at the precision it came with: float32 stays float32 (data sets stored so, whose digits are
+    already gone), anything else is float64. A meter's total near 1e7 moves by 0.1 a reading, which float32 (steps
+    of 1 there) reads as 0 or 1; a feed's readings and a CSV's cells arrive as float64 and keep those steps through
+    differencing and normalisation."""
+    x = np.asarray(x)
+    return x if x.dtype == np.float32 else x.astype(np.float64, copy=False)
+
+
 def difference(x: np.ndarray, order: int) -> np.ndarray:
     """Difference ``order`` times along the time axis (axis −2 of ``[..., T, C]``), NaN-filling the first steps.
 
-    Keeping the length lets labels and timestamps stay aligned with the differenced series.
+    Keeping the length lets labels and timestamps stay aligned with the differenced series. Float32 values stay
+    float32, any others become float64 (``precise``).
     """
-    out = np.asarray(x, dtype=np.float32)
+    out = precise(x)
     for _ in range(order):
         shifted = np.full_like(out, np.nan)
         shifted[..., 1:, :] = out[..., 1:, :] - out[..., :-1, :]
@@ -39,7 +49,7 @@ def forward_fill(
     row to hand each stream's carry-over into one vectorised call over many streams. Returns the filled values,
     and for every row the carried value and its age (so the last row gives the carry-over for the next call).
     """
-    values = np.asarray(x, dtype=np.float32)
+    values = precise(x)
     n, c = values.shape
     rows = np.arange(n)
     is_barrier = np.zeros(n, dtype=bool) if barrier is None else np.asarray(barrier, dtype=bool)
@@ -55,12 +65,12 @@ def forward_fill(
 
 def bend(x: np.ndarray, counts: np.ndarray | None) -> np.ndarray:
     """``[..., C]`` values with each count channel (``counts[k] = c > 0``, ``count_levels``) as ``asinh(x / c)``, the
-    others unchanged (float32)."""
-    x = np.asarray(x, dtype=np.float32)
+    others unchanged (``precise``)."""
+    x = precise(x)
     if counts is None:
         return x
-    c = np.asarray(counts, dtype=np.float32)
-    return np.where(c > 0, np.arcsinh(x / np.where(c > 0, c, 1.0)), x).astype(np.float32)
+    c = np.asarray(counts, dtype=x.dtype)
+    return np.where(c > 0, np.arcsinh(x / np.where(c > 0, c, 1.0)), x).astype(x.dtype, copy=False)
 
 
 @dataclass
@@ -84,8 +94,11 @@ class Normalisation:
                 self.counts = None
 
     def apply(self, x: np.ndarray) -> np.ndarray:
-        """Normalise ``[..., C]`` values (NaN stays NaN)."""
-        return ((bend(x, self.counts) - self.mean) / self.std).astype(np.float32)
+        """Normalise ``[..., C]`` values (NaN stays NaN) to the model's float32 input, computed at the values'
+        precision (``precise``): a float64 reading's distance from the training mean keeps its digits however large
+        the reading."""
+        x = bend(x, self.counts)
+        return ((x - self.mean.astype(x.dtype)) / self.std.astype(x.dtype)).astype(np.float32)
 
     def invert(self, x: np.ndarray) -> np.ndarray:
         """Normalised ``[..., C]`` values back in the readings' units (float64)."""

@@ -2,7 +2,7 @@
 
 The store turns readings that arrive in any order, split over several messages, with holes, into the windows
 the model scores, prepared exactly as ``offline.prepare`` prepares a recorded series (the same ``difference`` and
-``Normalisation`` code on the same float32 values), so a stream and its recording give the same model input.
+``Normalisation`` code on the same float64 values), so a stream and its recording give the same model input.
 
 Policies (``WindowConfig`` holds the knobs):
 
@@ -33,8 +33,9 @@ Policies (``WindowConfig`` holds the knobs):
   NaN channel is *incomplete*: the model masks such a step, so its masked/unmasked score would be a meaningless 0.
 
 Storage is ``WindowRows``, a ``stream_state.StreamState``: one float32 array ``[S, W, C]`` of prepared windows
-(oldest step first), ``[S, d, C]`` of raw differencing memory and a few ``[S]`` arrays for all streams, grown by
-doubling as streams appear; per-step Python work is bookkeeping.
+(oldest step first), ``[S, d, C]`` of raw differencing memory (float64, as the carried forward-fill values: a
+meter's total near 1e7 keeps its 0.1 steps) and a few ``[S]`` arrays for all streams, grown by doubling as streams
+appear; per-step Python work is bookkeeping.
 """
 from __future__ import annotations
 
@@ -162,8 +163,8 @@ class WindowRows(StreamState):
         c = self.channels
         return {
             "buf": np.full((n, self.window, c), np.nan, dtype=np.float32),
-            "mem": np.full((n, self.order, c), np.nan, dtype=np.float32),
-            "fill": np.full((n, c), np.nan, dtype=np.float32),
+            "mem": np.full((n, self.order, c), np.nan, dtype=np.float64),
+            "fill": np.full((n, c), np.nan, dtype=np.float64),
             "fill_age": np.zeros((n, c), dtype=np.float64),
             "last": np.zeros(n, dtype=np.int64),
             "started": np.zeros(n, dtype=bool),
@@ -439,7 +440,7 @@ class WindowStore:
 
         filled = self._forward_fill(raw, seg, seg_len, seg_stream, seg_from_buf)
         raw_off, raw_pos, raw_end = layout(d)
-        ext_raw = np.full((int(raw_end[-1]), raw.shape[1]), np.nan, dtype=np.float32)
+        ext_raw = np.full((int(raw_end[-1]), raw.shape[1]), np.nan, dtype=np.float64)
         ext_raw[(raw_off[:, None] + np.arange(d))[seg_from_buf]] = self._rows.mem[seg_stream[seg_from_buf]]
         ext_raw[raw_pos] = filled
         prepared = self.normalisation.apply(difference(ext_raw, d)[raw_pos])
@@ -483,7 +484,7 @@ class WindowStore:
         # One barrier row per segment in front of its rows holds the stream's carry-over (none after a reset).
         offsets = np.concatenate([[0], np.cumsum(seg_len + 1)[:-1]])
         pos = offsets[seg] + 1 + (np.arange(seg.size) - np.concatenate([[0], np.cumsum(seg_len)[:-1]])[seg])
-        ext = np.full((int(offsets[-1] + seg_len[-1] + 1), raw.shape[1]), np.nan, dtype=np.float32)
+        ext = np.full((int(offsets[-1] + seg_len[-1] + 1), raw.shape[1]), np.nan, dtype=np.float64)
         age = np.zeros(ext.shape, dtype=np.float64)
         carry = seg_stream[seg_from_buf]
         ext[offsets[seg_from_buf]] = self._rows.fill[carry]

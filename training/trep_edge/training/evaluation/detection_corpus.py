@@ -114,11 +114,12 @@ def _read_sources(root: Path) -> tuple[tuple[str, np.ndarray], ...]:
     5 s a call. Read-only, so that no category can change what the next one draws."""
     out = []
     for name in ("ETTh1", "ETTh2", "ETTm1", "ETTm2"):
-        frame = load_csv(root / "ETT" / f"{name}.csv")
+        frame = load_csv(root / "ETT" / f"{name}.csv", dtype=np.float32)  # the corpus of every earlier round
         values = frame.values[len(frame.values) // 2 :]
         for k in range(0, values.shape[1] - 2, 3):
             out.append((f"{name}.{'+'.join(frame.channels[k : k + 3])}", values[:, k : k + 3].astype(np.float64)))
-    mimic = load_csv(next((root / "icu_vitals" / "s00001_numerics").glob("*_decoded.csv")), zero_as_missing=True)
+    mimic = load_csv(next((root / "icu_vitals" / "s00001_numerics").glob("*_decoded.csv")), zero_as_missing=True,
+                     dtype=np.float32)
     half = mimic.values[len(mimic.values) // 2 :].astype(np.float64)
     # Sensor channels only: the first column is the recording's minute counter, a clock rather than a signal.
     cols = [c for c in range(half.shape[1]) if np.isfinite(half[:, c]).mean() > 0.8 and np.nanstd(half[:, c]) > 0
