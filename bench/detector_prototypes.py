@@ -69,6 +69,12 @@ Prototypes (``KIND:key=value;...``, each key optional):
   (``/``-separated even degrees of freedom, 0 for the Gaussian; default 4 to 20 and the Gaussian) whose chance of a value more than ``cut`` standard deviations above the mean
   matches how often the lane's own learned values have been, counted from a start of ``weight`` values at the
   committed tail's chance; the committed detector judges every lane under ``tail_dof``.
+- ``calibrated`` (``level``, ``horizon``, ``prior``, ``most``, ``least``): each stream's gate reads its scores lower
+  by how far its own scores overshoot their nominal rate: ``log10`` of the share of its readings (of about the last
+  ``horizon``, from ``prior`` readings at the nominal share) whose score lies between ``level`` and the threshold,
+  over that share's nominal ``10**-level − 10**-threshold``, at most ``most``; a stream whose scores fall short of
+  it reads them higher, by at most ``least`` (default 0: never). Fisher's combination overcounts signals that move
+  together, by an amount that differs from stream to stream.
 - ``young-gate`` (``margin``, ``age``): a stream's gate reads each score ``margin · exp(−n / age)`` lower, ``n`` its
   scored readings: a young stream, whose record, run peaks and budget are still unlearned, needs more surprise.
 - ``peak-fade`` (``tau``, ``floor``): each remembered run peak falls toward the threshold by a share of its height
@@ -767,6 +773,41 @@ def discord(m: int = 32, znorm: float = 1) -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
+class _Overshoot(StreamState):
+    """``calibrated``'s counts: each stream's readings scored ``n_`` and those between the level and the threshold
+    ``hits_``, both fading over the horizon."""
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {"n_": np.zeros(n), "hits_": np.zeros(n)}
+
+    def _config(self) -> dict:
+        return {}
+
+
+def calibrated(
+    level: float = 2.0, horizon: float = 2000.0, prior: float = 200.0, most: float = 2.0, least: float = 0.0
+) -> Prototype:
+    """Each stream's gate reads its scores lower by the log10 of how many times more often than nominal its scores
+    lie between ``level`` and the threshold (module docstring); readings at or above the threshold count as scored,
+    not as hits, so a fault's run does not lower the stream's later scores."""
+    decide, keep = AlertGate.decide, float(np.exp(-1.0 / horizon))
+
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+        counts = _companion(self, "overshoot_", _Overshoot)
+        nominal = 10.0 ** -level - 10.0 ** -self.threshold
+        share = (counts.hits_[idx] + prior * nominal) / (counts.n_[idx] + prior)
+        lower = np.clip(np.log10(share / nominal), -least, most)
+        out = decide(self, idx, score - lower, stuck)
+        scored = np.isfinite(score)
+        with np.errstate(invalid="ignore"):
+            hit = scored & (score >= level) & (score < self.threshold)
+        counts.n_[idx] = counts.n_[idx] * keep + scored
+        counts.hits_[idx] = counts.hits_[idx] * keep + hit
+        return out
+
+    return _patching(AlertGate, decide=on_decide)
+
+
 def young_gate(margin: float = 1.0, age: float = 1500.0) -> Prototype:
     """A young stream's gate reads each score ``margin · exp(−n / age)`` lower (``n``: the stream's scored readings),
     so that its first alerts need more surprise while its record, run peaks and budget are still unlearned; the
@@ -980,7 +1021,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "young-gate": young_gate, "growing-horizon": growing_horizon,
     "slow-floor": slow_floor, "run-rate": run_rate,
     "step-full": step_full, "persist": persist, "late-bar": late_bar, "peak-fade": peak_fade,
-    "growing-refractory": growing_refractory, "spent-peaks": spent_peaks,
+    "growing-refractory": growing_refractory, "spent-peaks": spent_peaks, "calibrated": calibrated,
 }  # fmt: skip
 
 

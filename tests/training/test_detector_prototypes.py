@@ -322,6 +322,25 @@ def test_young_gate_holds_back_a_young_streams_marginal_alert_not_an_old_streams
     assert gate_after(1).decide(idx, marginal)[0][0]  # unpatched again: the young stream alerts
 
 
+def test_calibrated_holds_back_a_stream_whose_scores_overshoot_not_a_calibrated_one_and_only_while_patched():
+    idx, marginal = np.array([0]), np.array([4.5])
+
+    def gate_scoring(score: float) -> AlertGate:
+        gate = AlertGate(threshold=4.0, min_count=1, refractory=0, protect=10, n_streams=1)
+        for k in range(3000):  # one reading in 10 scores 2.5 (nominal: one in 100 at 2 or more) or none does
+            gate.decide(idx, np.array([score if k % 10 == 0 else 1.0]))
+        return gate
+
+    with prototypes.parse("calibrated:level=2;horizon=2000;prior=200;most=2").patches():
+        assert not gate_scoring(2.5).decide(idx, marginal)[0][0]  # about 10 times nominal: read as about 3.5
+        assert gate_scoring(1.0).decide(idx, marginal)[0][0]  # no overshoot: judged as committed
+    assert gate_scoring(2.5).decide(idx, marginal)[0][0]  # unpatched again: the overshooting stream alerts
+    with prototypes.parse("calibrated:most=0;least=1").patches():  # a stream that falls short reads higher
+        assert gate_scoring(1.0).decide(idx, np.array([3.5]))[0][0]  # about a sixteenth of nominal: read as 4.5
+        assert not gate_scoring(2.5).decide(idx, marginal - 1.0)[0][0]  # overshooting: not lowered (most 0)
+    assert not gate_scoring(1.0).decide(idx, np.array([3.5]))[0][0]
+
+
 def test_late_bar_holds_back_an_old_streams_marginal_alert_not_a_young_streams_and_only_while_patched():
     idx, marginal = np.array([0]), np.array([4.5])
     with prototypes.parse("late-bar:start=5000;rise=1;span=10000").patches():
