@@ -19,7 +19,8 @@ from trep_edge.datasets.timestamps import is_time_column, parse_timestamps
 class Series:
     """A multichannel series read from a CSV file.
 
-    values: float64 [T, C], NaN where a cell was empty (a meter's total keeps its last digits).
+    values: float64 [T, C] (``load_csv``'s ``dtype``), NaN where a cell was empty (a meter's total keeps its last
+    digits).
     channels: the C column names, in file order (the timestamp column excluded).
     timestamps: UTC datetime64[ms] [T] when the first column holds timestamps (datasets/trep_edge/datasets/timestamps.py), else None.
     name: the file name without its extension.

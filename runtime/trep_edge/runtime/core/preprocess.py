@@ -11,6 +11,7 @@ import numpy as np
 from trep_edge.runtime.core.model_card import ModelCard
 from trep_edge.runtime.core.stream_state import StreamState
 
+
 def precise(x: np.ndarray) -> np.ndarray:
     """``x`` as floats at the precision it came with: float32 stays float32 (data sets stored so, whose digits are
     already gone), anything else is float64. A meter's total near 1e7 moves by 0.1 a reading, which float32 (steps
