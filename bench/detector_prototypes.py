@@ -75,6 +75,9 @@ Prototypes (``KIND:key=value;...``, each key optional):
   over that share's nominal ``10**-level − 10**-threshold``, at most ``most``; a stream whose scores fall short of
   it reads them higher, by at most ``least`` (default 0: never). Fisher's combination overcounts signals that move
   together, by an amount that differs from stream to stream.
+- ``cross`` (``gain``): ``deviation``'s level of each channel of a stream of several is also, times ``gain``, its
+  miss from a least-squares fit on the other channels over its window (fitted on the readings before it), against
+  the window's misses: a channel that leaves its siblings' relation stands out inside its own range.
 - ``young-gate`` (``margin``, ``age``): a stream's gate reads each score ``margin · exp(−n / age)`` lower, ``n`` its
   scored readings: a young stream, whose record, run peaks and budget are still unlearned, needs more surprise.
 - ``peak-fade`` (``tau``, ``floor``): each remembered run peak falls toward the threshold by a share of its height
@@ -773,6 +776,51 @@ def discord(m: int = 32, znorm: float = 1) -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
+def _cross_residuals(x: np.ndarray, c: int, span: int) -> np.ndarray:
+    """Channel ``c`` of ``[T, C]`` less its least-squares fit on the other channels (and a constant), over each
+    reading's last ``span`` readings, the fit made on the earlier ones only: ``[T, span]``, NaN where a reading
+    misses a channel or fewer than ``DEVIATION_MIN_VALUES`` earlier readings are whole."""
+    padded = np.concatenate([np.full((span - 1, x.shape[1]), np.nan), x])
+    windows = sliding_window_view(padded, span, axis=0)  # [T, C, span]
+    y = windows[:, c]
+    others = np.delete(windows, c, axis=1).transpose(0, 2, 1)  # [T, span, C − 1]
+    design = np.concatenate([np.ones(y.shape + (1,)), others], axis=2)
+    whole = np.isfinite(y) & np.isfinite(design).all(axis=2)
+    fit_rows = whole.copy()
+    fit_rows[:, -1] = False
+    yd, dd = np.where(whole, y, 0.0), np.where(whole[:, :, None], design, 0.0)
+    w = fit_rows[:, :, None]
+    gram = np.einsum("tsi,tsj->tij", dd * w, dd)
+    moment = np.einsum("tsi,ts->ti", dd * w, yd)
+    ridge = 1e-9 * np.trace(gram, axis1=1, axis2=2)[:, None, None] + 1e-12
+    enough = fit_rows.sum(axis=1) >= DEVIATION_MIN_VALUES
+    gram[~enough] = np.eye(gram.shape[1])
+    beta = np.linalg.solve(gram + ridge * np.eye(gram.shape[1]), moment[:, :, None])[:, :, 0]
+    residual = yd - np.einsum("tsi,ti->ts", dd, beta)
+    return np.where(whole & enough[:, None], residual, np.nan)
+
+
+def cross(gain: float = 1.0) -> Prototype:
+    """``deviation``'s level of each channel of a stream of several is also, times ``gain``, its miss from a fit on
+    the stream's other channels over its window (made on the readings before it), against the window's misses: a
+    channel that leaves its sibling channels' relation (a sensor drifting from its twin, a fault in one of several
+    coupled measurements) stands out even inside its own range, while a process event that moves every coupled
+    channel together reads as before."""
+    span = DetectorConfig().deviation_window
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        x = stream.values.astype(np.float64)
+        if x.shape[1] < 2 or stream.category == "sepsis":
+            return tape
+        levels = []
+        for c in range(x.shape[1]):
+            miss = window_deviation(_cross_residuals(x, c, span)[:, :, None])[:, 0, 0]
+            levels.append(np.fmax(_levels(x[:, c], span), float(gain) * miss))
+        return _with_channel_levels(tape, levels)
+
+    return Prototype(_no_patches, rewrite)
+
+
 class _Overshoot(StreamState):
     """``calibrated``'s counts: each stream's readings scored ``n_`` and those between the level and the threshold
     ``hits_``, both fading over the horizon."""
@@ -1021,7 +1069,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "young-gate": young_gate, "growing-horizon": growing_horizon,
     "slow-floor": slow_floor, "run-rate": run_rate,
     "step-full": step_full, "persist": persist, "late-bar": late_bar, "peak-fade": peak_fade,
-    "growing-refractory": growing_refractory, "spent-peaks": spent_peaks, "calibrated": calibrated,
+    "growing-refractory": growing_refractory, "spent-peaks": spent_peaks, "calibrated": calibrated, "cross": cross,
 }  # fmt: skip
 
 

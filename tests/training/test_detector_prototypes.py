@@ -110,6 +110,23 @@ def test_rhythm_raises_the_level_where_a_smooth_cycle_speeds_up_and_never_lowers
     assert np.nanmedian(plain[616:640]) < 3 < np.nanmedian(rhythm[616:640])
 
 
+def test_cross_reads_a_channel_that_leaves_its_siblings_as_far_out_and_a_joint_move_as_ordinary():
+    rng = np.random.default_rng(3)
+    process = np.cumsum(rng.normal(0, 1, 1000))  # one wandering process that three coupled sensors measure
+    values = np.stack([process, 2 * process, -process], axis=1) + rng.normal(0, 0.1, (1000, 3))
+    values[500, 0] += 1.0  # one sensor off by a reading well inside the process's range
+    values[700:] += [5.0, 10.0, -5.0]  # the process steps: every sensor moves with it
+    span = DetectorConfig().deviation_window
+    miss = prototypes.window_deviation(prototypes._cross_residuals(values, 0, span)[:, :, None])[:, 0, 0]
+    plain = prototypes._levels(values[:, 0], span)
+    assert miss[500] > 5 > plain[500]  # the sensor left its siblings' relation: far out only in the miss
+    assert miss[700] < 2 < plain[700]  # a joint step is far out in the sensor's own window, not against its siblings
+    first = prototypes._cross_residuals(values, 0, span)[:, -1]
+    assert np.isnan(first[:16]).all() and np.isfinite(first[16])  # fitted from 16 earlier readings on
+    tape = [("row", 0)]
+    assert prototypes.parse("cross:gain=1").rewrite(_stream(), tape) is tape  # one channel: nothing to read it against
+
+
 def test_context_quiets_a_daily_rise_that_only_the_last_few_hours_had_not_seen_and_never_raises_a_level(tmp_path):
     rng = np.random.default_rng(4)
     t = np.arange(1200)
