@@ -75,9 +75,10 @@ Prototypes (``KIND:key=value;...``, each key optional):
   over that share's nominal ``10**-level − 10**-threshold``, at most ``most``; a stream whose scores fall short of
   it reads them higher, by at most ``least`` (default 0: never). Fisher's combination overcounts signals that move
   together, by an amount that differs from stream to stream.
-- ``cross`` (``gain``): ``deviation``'s level of each channel of a stream of several is also, times ``gain``, its
-  miss from a least-squares fit on the other channels over its window (fitted on the readings before it), against
-  the window's misses: a channel that leaves its siblings' relation stands out inside its own range.
+- ``cross`` (``gain``, ``over``, ``ratio``): ``deviation``'s level of each channel of a stream of several is also,
+  times ``gain``, its miss from a least-squares fit on the other channels over its window (fitted on the readings
+  before it), against the window's misses, where the miss reaches ``over`` and ``ratio`` times the level: a channel
+  that leaves its siblings' relation stands out inside its own range.
 - ``young-gate`` (``margin``, ``age``): a stream's gate reads each score ``margin · exp(−n / age)`` lower, ``n`` its
   scored readings: a young stream, whose record, run peaks and budget are still unlearned, needs more surprise.
 - ``peak-fade`` (``tau``, ``floor``): each remembered run peak falls toward the threshold by a share of its height
@@ -800,12 +801,13 @@ def _cross_residuals(x: np.ndarray, c: int, span: int) -> np.ndarray:
     return np.where(whole & enough[:, None], residual, np.nan)
 
 
-def cross(gain: float = 1.0) -> Prototype:
+def cross(gain: float = 1.0, over: float = 0.0, ratio: float = 0.0) -> Prototype:
     """``deviation``'s level of each channel of a stream of several is also, times ``gain``, its miss from a fit on
     the stream's other channels over its window (made on the readings before it), against the window's misses: a
     channel that leaves its sibling channels' relation (a sensor drifting from its twin, a fault in one of several
     coupled measurements) stands out even inside its own range, while a process event that moves every coupled
-    channel together reads as before."""
+    channel together reads as before. With ``over`` and ``ratio`` the miss counts only where it reaches ``over`` and
+    ``ratio`` times the committed level, so that a coupled stream's ordinary readings keep their level."""
     span = DetectorConfig().deviation_window
 
     def rewrite(stream: Stream, tape: list) -> list:
@@ -815,7 +817,10 @@ def cross(gain: float = 1.0) -> Prototype:
         levels = []
         for c in range(x.shape[1]):
             miss = window_deviation(_cross_residuals(x, c, span)[:, :, None])[:, 0, 0]
-            levels.append(np.fmax(_levels(x[:, c], span), float(gain) * miss))
+            level = _levels(x[:, c], span)
+            with np.errstate(invalid="ignore"):
+                counts = (miss >= over) & (miss >= ratio * level)
+            levels.append(np.where(counts, np.fmax(level, float(gain) * miss), level))
         return _with_channel_levels(tape, levels)
 
     return Prototype(_no_patches, rewrite)

@@ -125,6 +125,16 @@ def test_cross_reads_a_channel_that_leaves_its_siblings_as_far_out_and_a_joint_m
     assert np.isnan(first[:16]).all() and np.isfinite(first[16])  # fitted from 16 earlier readings on
     tape = [("row", 0)]
     assert prototypes.parse("cross:gain=1").rewrite(_stream(), tape) is tape  # one channel: nothing to read it against
+    # one lane of the three channels, as a per-stream model's tape holds it: each row's levels [1, 2, 3]
+    tape = [call for row in range(1000) for call in (
+        ("row", row), ("step", *np.zeros((3, 1), dtype=int), np.ones(1), np.zeros((1, 4)), np.zeros((1, 2, 3)), None))]
+    stream = Stream("coupled", "synthetic", ["c0", "c1", "c2"], values, [(500, 500)])
+    read = {spec: np.array([c[6][0, 0, 0] for c in prototypes.parse(spec).rewrite(stream, tape) if c[0] == "step"])
+            for spec in ("cross:gain=1", "cross:over=3;ratio=2")}  # fmt: skip
+    assert read["cross:gain=1"][500] == read["cross:over=3;ratio=2"][500] == miss[500]
+    ordinary = np.isfinite(plain) & (miss < 3)  # gated: a miss under 3 leaves the reading's own level
+    np.testing.assert_array_equal(read["cross:over=3;ratio=2"][ordinary], plain[ordinary])
+    assert (read["cross:gain=1"][ordinary] > plain[ordinary]).mean() > 0.3  # ungated: ordinary levels rise too
 
 
 def test_context_quiets_a_daily_rise_that_only_the_last_few_hours_had_not_seen_and_never_raises_a_level(tmp_path):
