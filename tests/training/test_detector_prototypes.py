@@ -125,7 +125,7 @@ def test_cross_reads_a_channel_that_leaves_its_siblings_as_far_out_and_a_joint_m
     assert np.isnan(first[:16]).all() and np.isfinite(first[16])  # fitted from 16 earlier readings on
     tape = [("row", 0)]
     assert prototypes.parse("cross:gain=1").rewrite(_stream(), tape) is tape  # one channel: nothing to read it against
-    # one lane of the three channels, as a per-stream model's tape holds it: each row's levels [1, 2, 3]
+    # one lane of the three channels, as a per-stream model's tape holds it: deviation parts [1, 2, 3] a row
     tape = [call for row in range(1000) for call in (
         ("row", row), ("step", *np.zeros((3, 1), dtype=int), np.ones(1), np.zeros((1, 4)), np.zeros((1, 2, 3)), None))]
     stream = Stream("coupled", "synthetic", ["c0", "c1", "c2"], values, [(500, 500)])
