@@ -447,14 +447,22 @@ def _with_levels(
     stream: Stream, tape: list, level: Callable[[np.ndarray], np.ndarray], lower: bool = False
 ) -> list:
     """The tape with each step's ``deviation`` level replaced by ``level`` of its channel's raw values at its row
-    (``lower``: by the smaller of the two, the tape's kept where ``level`` is NaN).
+    (``lower``: by the smaller of the two, the tape's kept where ``level`` is NaN)."""
+    return _with_stream_levels(stream, tape, lambda x: [level(x[:, c]) for c in range(x.shape[1])], lower)
+
+
+def _with_stream_levels(
+    stream: Stream, tape: list, levels: Callable[[np.ndarray], list[np.ndarray] | None], lower: bool = False
+) -> list:
+    """The tape with each step's ``deviation`` level of channel ``c`` replaced by ``levels(x)[c]`` at its row, ``x``
+    the stream's raw values ``[T, C]`` in float64; ``levels`` returning None keeps the tape.
 
     Sepsis streams keep their tape: the ICU model's window (49) is shorter than ``deviation_window``, which the raw
     sliding windows here assume."""
     if stream.category == "sepsis":
         return tape
-    return _with_channel_levels(tape, [level(stream.values[:, c].astype(np.float64))
-                                       for c in range(stream.values.shape[1])], lower)
+    channel_levels = levels(stream.values.astype(np.float64))
+    return tape if channel_levels is None else _with_channel_levels(tape, channel_levels, lower)
 
 
 def _with_channel_levels(tape: list, levels: list[np.ndarray], lower: bool = False) -> list:
@@ -645,16 +653,16 @@ def readout(h: int = 8, refit: int = 100, ridge: float = 10.0, gain: float = 1.0
     span, h, refit = DetectorConfig().deviation_window, int(h), int(refit)
 
     def rewrite(stream: Stream, tape: list) -> list:
-        if stream.category == "sepsis":
-            return tape
-        values = stream.values.astype(np.float64)
-        lanes = _representations(tape, len(values))
-        levels = []
-        for c in range(values.shape[1]):
-            z = lanes[sorted(lanes)[c if len(lanes) == values.shape[1] else 0]]
-            miss = _readout_residuals(z, values[:, c], h, refit, ridge, fit)
-            levels.append(np.fmax(_levels(values[:, c], span), float(gain) * _levels(miss, span)))
-        return _with_channel_levels(tape, levels)
+        def levels(values: np.ndarray) -> list[np.ndarray]:
+            lanes = _representations(tape, len(values))
+            out = []
+            for c in range(values.shape[1]):
+                z = lanes[sorted(lanes)[c if len(lanes) == values.shape[1] else 0]]
+                miss = _readout_residuals(z, values[:, c], h, refit, ridge, fit)
+                out.append(np.fmax(_levels(values[:, c], span), float(gain) * _levels(miss, span)))
+            return out
+
+        return _with_stream_levels(stream, tape, levels)
 
     return Prototype(_no_patches, rewrite)
 
@@ -810,18 +818,20 @@ def cross(gain: float = 1.0, over: float = 0.0, ratio: float = 0.0) -> Prototype
     ``ratio`` times the committed level, so that a coupled stream's ordinary readings keep their level."""
     span = DetectorConfig().deviation_window
 
-    def rewrite(stream: Stream, tape: list) -> list:
-        x = stream.values.astype(np.float64)
-        if x.shape[1] < 2 or stream.category == "sepsis":
-            return tape
-        levels = []
+    def levels(x: np.ndarray) -> list[np.ndarray] | None:
+        if x.shape[1] < 2:
+            return None
+        out = []
         for c in range(x.shape[1]):
             miss = window_deviation(_cross_residuals(x, c, span)[:, :, None])[:, 0, 0]
             level = _levels(x[:, c], span)
             with np.errstate(invalid="ignore"):
                 counts = (miss >= over) & (miss >= ratio * level)
-            levels.append(np.where(counts, np.fmax(level, float(gain) * miss), level))
-        return _with_channel_levels(tape, levels)
+            out.append(np.where(counts, np.fmax(level, float(gain) * miss), level))
+        return out
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        return _with_stream_levels(stream, tape, levels)
 
     return Prototype(_no_patches, rewrite)
 
