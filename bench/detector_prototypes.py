@@ -66,9 +66,10 @@ Prototypes (``KIND:key=value;...``, each key optional):
 - ``winsor`` (``clip``): each signal enters its lane's long-run statistics at most ``clip`` of their standard
   deviations from their mean (``learn-cap`` bounds ``deviation`` alone, in robust units); judged whole as before.
 - ``adaptive-tail`` (``cut``, ``weight``, ``dofs``): each signal of each lane is judged under the tail among ``dofs``
-  (``/``-separated even degrees of freedom, 0 for the Gaussian; default 4 to 20 and the Gaussian) whose chance of a value more than ``cut`` standard deviations above the mean
-  matches how often the lane's own learned values have been, counted from a start of ``weight`` values at the
-  committed tail's chance; the committed detector judges every lane under ``tail_dof``.
+  (``/``-separated even degrees of freedom, 0 for the Gaussian; default 4 to 20 and the Gaussian) whose chance of a
+  value more than ``cut`` standard deviations above the mean matches how often the lane's own learned values have
+  been, counted from a start of ``weight`` values at the committed tail's chance; the committed detector judges every
+  lane under ``tail_dof``.
 - ``calibrated`` (``level``, ``horizon``, ``prior``, ``most``, ``least``): each stream's gate reads its scores lower
   by how far its own scores overshoot their nominal rate: ``log10`` of the share of its readings (of about the last
   ``horizon``, from ``prior`` readings at the nominal share) whose score lies between ``level`` and the threshold,
@@ -79,6 +80,9 @@ Prototypes (``KIND:key=value;...``, each key optional):
   times ``gain``, its miss from a least-squares fit on the other channels over its window (fitted on the readings
   before it), against the window's misses, where the miss reaches ``over`` and ``ratio`` times the level: a channel
   that leaves its siblings' relation stands out inside its own range.
+- ``phase-novelty`` (``acf``, ``k``, ``pmax``): ``novelty`` of a lane with a period (``seasonal``'s) is the distance
+  of its representation to those at the same moment of its last ``k`` periods, not to the nearest remembered one of
+  any moment: a normal value at the wrong phase is near some earlier moment but not near the same one.
 - ``young-gate`` (``margin``, ``age``): a stream's gate reads each score ``margin · exp(−n / age)`` lower, ``n`` its
   scored readings: a young stream, whose record, run peaks and budget are still unlearned, needs more surprise.
 - ``peak-fade`` (``tau``, ``floor``): each remembered run peak falls toward the threshold by a share of its height
@@ -785,6 +789,69 @@ def discord(m: int = 32, znorm: float = 1) -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
+PHASE_MARK = np.float32(1e30)
+"""``phase-novelty`` marks a step's representation slot with this in column 1 when column 0 carries its novelty."""
+
+
+def _phase_novelty(z: np.ndarray, period: int, k: int) -> np.ndarray:
+    """Distance of each row's representation ``z [T, F]`` to the nearest of those ``period``, ``2·period``, …
+    ``k·period`` rows earlier (NaN rows skipped; NaN where none is there)."""
+    out = np.full(len(z), np.inf)
+    for j in range(1, k + 1):
+        lag = j * period
+        if lag >= len(z):
+            break
+        dist = np.sqrt(np.sum((z[lag:] - z[:-lag]) ** 2, axis=1))
+        out[lag:] = np.fmin(out[lag:], dist)
+    return np.where(np.isfinite(out), out, np.nan)
+
+
+def phase_novelty(acf: float = 0.3, k: int = 3, pmax: int = 1000) -> Prototype:
+    """``novelty`` of a periodic lane is the distance of its representation to those at the same phase of its last
+    ``k`` periods instead of to the nearest remembered one of any phase: a normal value at the wrong phase, or a
+    cycle gone faster or out of shape, is near some earlier moment but not near the same moment of the cycle. The
+    period is ``seasonal``'s (the first autocorrelation peak of at least ``acf`` at lags 4 to ``pmax`` in the stream's
+    first 15 %, at least 200 readings; a lane of several channels takes its first periodic channel's); a lane without
+    one keeps the committed ``novelty``. The tape's representation slot carries the value (``PHASE_MARK``)."""
+    k, pmax = int(k), int(pmax)
+    plain = detector_module.RepresentationMemory.novelty
+
+    def novelty(self: detector_module.RepresentationMemory, idx: np.ndarray, z: np.ndarray) -> np.ndarray:
+        marked = z[:, 1] == PHASE_MARK
+        return np.where(marked, z[:, 0].astype(np.float64), plain(self, idx, z))
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        if stream.category == "sepsis":
+            return tape
+        x = stream.values.astype(np.float64)
+        head = x[: max(probation(len(x)), 200)]
+        periods = [_period(head[:, c], acf, pmax) for c in range(x.shape[1])]
+        lanes = _representations(tape, len(x))
+        several = len(lanes) != x.shape[1]
+        values = {}
+        for lane, z in lanes.items():
+            period = next((p for p in periods if p), 0) if several else periods[lane]
+            if period:
+                values[lane] = _phase_novelty(z, period, k)
+        if not values:
+            return tape
+        out, row = [], -1
+        for call in tape:
+            if call[0] == "row":
+                row = call[1]
+            elif call[0] == "step" and row >= 0 and any(int(lane) in values for lane in call[2]):
+                z = call[5].copy()
+                for i, lane in enumerate(call[2]):
+                    if int(lane) in values:
+                        z[i] = 0.0
+                        z[i, 0], z[i, 1] = values[int(lane)][row], PHASE_MARK
+                call = (*call[:5], z, *call[6:])
+            out.append(call)
+        return out
+
+    return Prototype(_patching(detector_module.RepresentationMemory, novelty=novelty).patches, rewrite)
+
+
 def _cross_residuals(x: np.ndarray, c: int, span: int) -> np.ndarray:
     """Channel ``c`` of ``[T, C]`` less its least-squares fit on the other channels (and a constant), over each
     reading's last ``span`` readings, the fit made on the earlier ones only: ``[T, span]``, NaN where a reading
@@ -1085,6 +1152,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "slow-floor": slow_floor, "run-rate": run_rate,
     "step-full": step_full, "persist": persist, "late-bar": late_bar, "peak-fade": peak_fade,
     "growing-refractory": growing_refractory, "spent-peaks": spent_peaks, "calibrated": calibrated, "cross": cross,
+    "phase-novelty": phase_novelty,
 }  # fmt: skip
 
 

@@ -252,6 +252,34 @@ def test_segment_novelty_feeds_the_mean_of_each_lanes_last_representations_and_f
     np.testing.assert_allclose(np.stack(out), [[0, 0], [0.5, 1], [2, 1], [2.5, 2.5]])
 
 
+def test_phase_novelty_reads_a_moment_at_the_wrong_phase_as_novel_and_marks_only_a_periodic_lanes_steps():
+    t = np.arange(900)
+    phase = 2 * np.pi * t / 60
+    values = np.sin(phase)[:, None]
+    values[600:610, 0] = np.sin(phase[630:640])  # half a cycle early: values the stream holds, at the wrong moment
+    z = np.stack([np.cos(phase), np.sin(phase)], axis=1)  # a stand-in representation that knows the phase
+    z[600:610] = z[630:640]
+    novel = prototypes._phase_novelty(z, 60, 3)
+    assert np.isnan(novel[:60]).all() and novel[60:600].max() < 1e-6
+    assert novel[600] > 1.9  # the opposite phase of the cycle, although the nearest moment of any phase is 0 away
+    tape = [call for row in range(900) for call in (
+        ("row", row), ("step", np.zeros(1, dtype=int), np.zeros(1, dtype=int), np.zeros(1, dtype=int), np.ones(1),
+                       np.concatenate([z[row], [0, 0]])[None].astype(np.float32), None, None))]  # fmt: skip
+    stream = Stream("cycle", "synthetic", ["c0"], values, [(600, 609)])
+    prototype = prototypes.parse("phase-novelty")
+    steps = [c for c in prototype.rewrite(stream, tape) if c[0] == "step"]
+    assert all(c[5][0, 1] == prototypes.PHASE_MARK for c in steps)
+    np.testing.assert_allclose([c[5][0, 0] for c in steps][60:], novel[60:], atol=1e-5)
+    noise = Stream("noise", "synthetic", ["c0"], np.random.default_rng(1).normal(size=(900, 1)), [])
+    assert prototype.rewrite(noise, tape) is tape  # no period: the committed novelty
+    memory = prototypes.detector_module.RepresentationMemory(4, n_streams=1)
+    marked, plain = steps[700][5], tape[2 * 700 + 1][5]
+    with prototype.patches():
+        assert memory.novelty(np.zeros(1, dtype=int), marked)[0] == pytest.approx(novel[700], abs=1e-6)
+        assert np.isnan(memory.novelty(np.zeros(1, dtype=int), plain)[0])  # unmarked: the memory's (empty yet)
+    assert np.isnan(memory.novelty(np.zeros(1, dtype=int), marked)[0])  # unpatched: the memory's again
+
+
 def test_discord_feeds_each_lane_its_last_readings_shape_in_place_of_the_representation():
     t = np.arange(300)
     stream = Stream("sine", "synthetic", ["c0"], (5 + 2 * np.sin(2 * np.pi * t / 60))[:, None], [])
