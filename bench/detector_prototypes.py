@@ -131,6 +131,7 @@ from trep_edge.runtime.core.preprocess import robust_location_scale
 from trep_edge.runtime.core.stream_state import StreamState
 from trep_edge.training.evaluation.detection_corpus import Stream
 from trep_edge.training.evaluation.detection_metrics import probation
+from trep_edge.training.period import find_period
 
 
 @dataclass
@@ -431,22 +432,6 @@ def _levels(x: np.ndarray, span: int, gap: int = 0, lag: int = 0) -> np.ndarray:
     return window_deviation(windows[:, :, None])[:, 0, 0]
 
 
-def _period(x: np.ndarray, acf: float, pmax: int) -> int:
-    """The lag of the first-found highest autocorrelation peak of at least ``acf`` (0: none)."""
-    x = x[np.isfinite(x)]
-    if len(x) < 64 or not np.std(x):
-        return 0
-    x = x - x.mean()
-    spectrum = np.fft.rfft(x, 2 * len(x))
-    ac = np.fft.irfft(spectrum * np.conj(spectrum))[: len(x)]
-    ac = ac / ac[0]
-    best, lag = acf, 0
-    for p in range(4, min(pmax, len(x) // 2)):
-        if ac[p] > best and ac[p] >= ac[p - 1] and ac[p] >= ac[p + 1]:
-            best, lag = ac[p], p
-    return lag
-
-
 def _with_levels(
     stream: Stream, tape: list, level: Callable[[np.ndarray], np.ndarray], lower: bool = False
 ) -> list:
@@ -534,7 +519,7 @@ def seasonal(acf: float = 0.3, pmax: int = 1000) -> Prototype:
     span = DetectorConfig().deviation_window
 
     def level(x: np.ndarray) -> np.ndarray:
-        lag = _period(x[: max(probation(len(x)), 200)], acf, int(pmax))
+        lag = find_period([x[: max(probation(len(x)), 200)]], acf, int(pmax))
         return np.fmax(_levels(x, span), _levels(x, span, lag=lag)) if lag else _levels(x, span)
 
     def rewrite(stream: Stream, tape: list) -> list:
@@ -821,11 +806,12 @@ def phase_novelty(acf: float = 0.3, k: int = 3, pmax: int = 1000) -> Prototype:
         return np.where(marked, z[:, 0].astype(np.float64), plain(self, idx, z))
 
     def rewrite(stream: Stream, tape: list) -> list:
-        if stream.category == "sepsis":  # charted vitals miss readings: ``_period`` would close the gaps up, not time
+        # Charted vitals miss readings: ``find_period`` would close the gaps up, not time.
+        if stream.category == "sepsis":
             return tape
         x = stream.values.astype(np.float64)
         head = x[: max(probation(len(x)), 200)]
-        periods = [_period(head[:, c], acf, pmax) for c in range(x.shape[1])]
+        periods = [find_period([head[:, c]], acf, pmax) for c in range(x.shape[1])]
         lanes = _representations(tape, len(x))
         several = len(lanes) != x.shape[1]
         values = {}

@@ -59,7 +59,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--hidden-dims", type=int, help="TCN width (paper: 128)")
     p.add_argument("--depth", type=int, help="dilated residual blocks (paper: 10)")
     p.add_argument("--time-embedding", choices=["time2vec", "mlp", "rbf", "none"], help="time-embedding module; none = TS2Vec ablation")
-    p.add_argument("--time-index", help="time index convention: relative or periodic:P (TREP.md §4)")
+    p.add_argument("--time-index", help="time index convention: relative, periodic:P (TREP.md §4), or auto: "
+                   "periodic:P where the training data's channels share a cycle of P readings (autocorrelation "
+                   "peak of at least 0.3), else relative")
     p.add_argument("--max-train-length", type=int, help="cut long series into sections of at most this many steps")
     p.add_argument("--causal", action="store_true", default=None, help="causal convolutions with a receptive field "
                    "within --max-receptive-field, for the incremental step engine (docs/causal.md); needs "
@@ -117,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
     from trep_edge.training.data import load_training_data
     from trep_edge.training.distributed import device_for, setup, teardown, world_from_env, wrap
+    from trep_edge.training.period import auto_time_index
     from trep_edge.training.trainer import Trainer, read_checkpoint, resolve_checkpoint
 
     world = world_from_env()
@@ -133,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         data = source = load_training_data(args.data, args.data_root, inputs["channels"], args.rows, args.max_series,
                                            inputs["difference"], inputs["forward_fill"], args.exclude_alerts,
                                            inputs["normalisation"])  # fmt: skip
+    if args.time_index == "auto":
+        args.time_index = auto_time_index(source.x)
     out = Path(args.out or f"runs/{Path(data.name).name.split('.')[0]}.pt")
     meta = {
         "dataset": data.name,
@@ -207,6 +212,8 @@ def _streamed(args: argparse.Namespace, inputs: dict, world) -> "StreamedData":
     from trep_edge.datasets.paths import resolve
     from trep_edge.datasets.physionet import VITALS
 
+    if args.time_index == "auto":
+        raise ValueError("--stream needs an explicit --time-index (auto reads the cycle off the whole corpus in memory)")
     path = resolve(args.data, args.data_root)
     if not path.name.endswith(".tar.gz") or args.rows or args.exclude_alerts:
         raise ValueError("--stream reads a PhysioNet .tar.gz (without --rows or --exclude-alerts)")
