@@ -14,7 +14,7 @@ MIN_READINGS = 64
 """Finite readings a series needs before its autocorrelation is read."""
 
 MIN_LAG = 4
-"""The shortest cycle looked for: a peak at a lag of 2 or 3 is a noise wiggle far more often than a cycle."""
+"""The shortest cycle looked for, as the detector prototypes that search for cycles always did (docs/detection.md)."""
 
 
 def autocorrelation(x: np.ndarray) -> np.ndarray | None:
