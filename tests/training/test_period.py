@@ -2,11 +2,9 @@
 import json
 
 import numpy as np
-import pytest
-import torch
-
 from trep_edge.cli import main
 from trep_edge.training.period import auto_time_index, find_period
+from trep_edge.training.trainer import read_checkpoint
 
 TINY = ["--iterations", "2", "--depth", "2", "--hidden-dims", "8", "--repr-dims", "4", "--no-progress"]
 
@@ -55,8 +53,7 @@ def test_train_with_auto_time_index_stores_the_found_period(tmp_path, capsys):
     ckpt = tmp_path / "daily.pt"
     assert main(["train", str(data), "--time-index", "auto", "--out", str(ckpt), *TINY]) == 0
     assert json.loads(capsys.readouterr().out)["steps"] == 2
-    state = torch.load(ckpt, map_location="cpu", weights_only=True)
-    assert state["config"]["time_index"] == "periodic:24"
+    assert read_checkpoint(ckpt)["config"]["time_index"] == "periodic:24"
 
 
 def test_auto_time_index_is_refused_with_a_streamed_corpus(tmp_path, capsys):
