@@ -105,3 +105,13 @@ def _parse_epoch(name: str, cells: list[str], source: str, line_numbers: list[in
         raise DataFormatError(source, problem, line_numbers[i])
     millis = values if low == _EPOCH_MS[0] else values * 1000.0
     return np.round(millis).astype(np.int64).astype("datetime64[ms]")
+
+
+def median_interval(timestamps: np.ndarray) -> float:
+    """The typical seconds between consecutive readings (the median positive interval): a recording's sampling period
+    when nobody states it; gaps and repeated times do not move a median."""
+    steps = np.diff(np.asarray(timestamps, dtype=np.float64))
+    steps = steps[steps > 0]
+    if not steps.size:
+        raise ValueError("the timestamps never advance, so they give no sampling period: set one with --period")
+    return float(np.median(steps))

@@ -10,6 +10,7 @@ import numpy as np
 
 from trep_edge.datasets.archive import is_archive, read_alert_ranges, read_archive
 from trep_edge.datasets.paths import resolve
+from trep_edge.datasets.timestamps import median_interval
 from trep_edge.datasets.ett import load_csv
 from trep_edge.datasets.npy import load_npy
 from trep_edge.datasets.physionet import VITALS, iter_patients
@@ -35,6 +36,10 @@ class TrainingData:
     labels: np.ndarray | None = None
     test_x: np.ndarray | None = None
     test_labels: np.ndarray | None = None
+    first_step: int | None = None
+    """Unix-epoch step (timestamp / ``step_seconds``, rounded) of the first row, for a CSV with timestamps."""
+    step_seconds: float | None = None
+    """The median seconds between the rows' timestamps, for a CSV with timestamps."""
 
     @property
     def fingerprint(self) -> str:
@@ -97,7 +102,7 @@ def load_training_data(
     """
     path = resolve(spec, data_root)
     name = path.name
-    labels = test_x = test_labels = None
+    labels = test_x = test_labels = stamps = None
     if is_archive(path):
         exclude = read_alert_ranges(exclude_alerts) if exclude_alerts else None
         found = read_archive(path, channels, exclude=exclude)
@@ -115,7 +120,7 @@ def load_training_data(
         x, names = _pad_stack(series), list(wanted)
     elif name.endswith(".csv"):
         table = load_csv(path, only=channels or None)
-        x, names = table.values[None], table.channels
+        x, names, stamps = table.values[None], table.channels, table.timestamps
     elif name.endswith(".ts"):
         x, labels = load_ts(path)
         names = [f"dim{i}" for i in range(x.shape[-1])]
@@ -134,6 +139,7 @@ def load_training_data(
     if max_series is not None:
         x = x[:max_series]
     x = _rows(x, rows)
+    first_step, step_seconds = _timing(stamps, rows)
     if fill_limit:
         x = np.stack([_fill_observed(s, fill_limit) for s in x])
         if test_x is not None:
@@ -145,7 +151,22 @@ def load_training_data(
     if test_x is not None:
         longest = max(x.shape[1], test_x.shape[1])
         x, test_x = _pad_to(x, longest), norm.apply(difference(_pad_to(test_x, longest), order))
-    return TrainingData(norm.apply(x), names, path.name, norm, order, fill_limit, labels, test_x, test_labels)
+    return TrainingData(norm.apply(x), names, path.name, norm, order, fill_limit, labels, test_x, test_labels,
+                        first_step, step_seconds)  # fmt: skip
+
+
+def _timing(stamps: np.ndarray | None, rows: str | None) -> tuple[int | None, float | None]:
+    """The first training row's Unix-epoch step and the rows' spacing in seconds, as the daemon counts steps
+    (``windows.py``: ``floor(timestamp / period + 0.5)``); ``(None, None)`` without timestamps or without one that
+    advances."""
+    if stamps is None:
+        return None, None
+    seconds = _rows(stamps.astype("datetime64[ms]").astype(np.int64)[None, :, None] / 1000.0, rows)[0, :, 0]
+    try:
+        spacing = median_interval(seconds)
+    except ValueError:
+        return None, None
+    return int(np.floor(seconds[0] / spacing + 0.5)), spacing
 
 
 def _fill_observed(series: np.ndarray, limit: int) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -26,7 +27,7 @@ from trep_edge.runtime.core.model_file import metadata, pack, share_weights, unp
 from trep_edge.runtime.core.offline import detector_prior, raw_scores
 from trep_edge.runtime.core.preprocess import Normalisation
 from trep_edge.runtime.core.scoring import Calibration, adjust_scores, calibrate
-from trep_edge.runtime.core.time_index import parse_time_index, time_index
+from trep_edge.runtime.core.time_index import TimeIndex, parse_time_index, time_index
 
 from trep_edge.training.encoder import TRepEncoder
 from trep_edge.training.evaluation.paper_protocol import score_series
@@ -158,7 +159,7 @@ class TorchEngine:
     def __init__(self, encoder: TRepEncoder, card: ModelCard) -> None:
         self.encoder = encoder.eval()
         self.card = card
-        self._conv = parse_time_index(card.time_index)
+        self._conv = card.convention()
 
     @torch.no_grad()
     def encode(self, x: np.ndarray, mask: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -195,7 +196,7 @@ def parity_check(
     """Compare torch and onnxruntime on random and real windows with NaNs and masks, and on alert decisions."""
     rng = np.random.default_rng(seed)
     reference = TorchEngine(encoder, engine.card)
-    conv = parse_time_index(engine.card.time_index)
+    conv = engine.card.convention()
     c = engine.card.input_dims
     worst, cases = 0.0, 0
     sources = ["random"] + (["real"] if real is not None and len(real) >= 2 else [])
@@ -232,16 +233,22 @@ def _slice_padded(values: np.ndarray, start: int, length: int) -> np.ndarray:
 
 
 def build_card(
-    name: str, encoder: TRepEncoder, meta: dict, config: dict, window: int, scoring: Scoring, step: int
+    name: str, encoder: TRepEncoder, meta: dict, config: dict, window: int, scoring: Scoring, step: int,
+    period: float = 0.0,
 ) -> ModelCard:
-    """The card of a trained encoder, before calibration."""
+    """The card of a trained encoder, before calibration; ``period`` is the seconds per step to declare (0: any, or
+    for a periodic model trained on timestamped rows their own spacing, ``card_timing``)."""
+    convention = parse_time_index(config["time_index"])
+    period, origin = card_timing(meta, convention, period)
     return ModelCard(
         name=name,
         channels=list(meta["channels"]),
         normalisation=meta["normalisation"],
         differencing=int(meta["differencing"]),
         forward_fill=int(meta.get("forward_fill", 0)),
-        time_index=str(parse_time_index(config["time_index"])),
+        time_index=str(convention),
+        period=period,
+        phase_origin=origin,
         time_embedding=encoder.cfg.time_embedding,
         window=window,
         repr_dims=encoder.cfg.repr_dims,
@@ -258,6 +265,25 @@ def build_card(
         versions={"trep_edge": __version__, "torch": torch.__version__, "onnx": onnx.__version__, "opset": OPSET},
         weights_sha256=weights_sha256(encoder),
     )
+
+
+def card_timing(meta: dict, convention: TimeIndex, period: float = 0.0) -> tuple[float, int]:
+    """The card's ``period`` and ``phase_origin``.
+
+    A periodic model trained on timestamped rows (``meta["timing"]``) keeps their phase: the origin is the first
+    training row's Unix-epoch step mod P, and the period the rows' own spacing, the unit that step was counted in (the
+    daemon counts ``timestamp / period``). Another ``period`` for such a model is refused: its phases would slide.
+    Otherwise the origin is 0 (the first training row starts a cycle) and ``period`` is returned as given.
+    """
+    timing = meta.get("timing")
+    if convention.kind != "periodic" or not timing:
+        return float(period), 0
+    spacing = float(timing["step_seconds"])
+    if period and not math.isclose(period, spacing, rel_tol=1e-6):
+        raise ValueError(f"--period {period:g}: the training data's readings are {spacing:g} s apart, and this "
+                         f"periodic model counts the phase of its cycle in those steps; leave --period out (the card "
+                         f"then says {spacing:g}) or train on readings {period:g} s apart")  # fmt: skip
+    return spacing, int(timing["first_step"]) % convention.period
 
 
 def fold_normalisation(encoder: TRepEncoder, mean: float, std: float) -> None:

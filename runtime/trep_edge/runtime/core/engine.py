@@ -39,7 +39,7 @@ from trep_edge.runtime.core.model_card import ModelCard, ModelCardError, sidecar
 from trep_edge.runtime.core.model_file import METADATA_KEY, SharedWeights, unpack
 from trep_edge.runtime.core.step_engine import StepEngine, StepGraph
 from trep_edge.runtime.core.stream_state import StreamState
-from trep_edge.runtime.core.time_index import TimeIndex, parse_time_index, time_index
+from trep_edge.runtime.core.time_index import TimeIndex, time_index
 from trep_edge.runtime.core.windows import StepBatch
 
 log = logging.getLogger(__name__)
@@ -423,7 +423,7 @@ class Engine:
     _chosen: Candidate = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.convention = parse_time_index(self.card.time_index)
+        self.convention = self.card.convention()
         self._chosen = FullGraph(self)
 
     @property

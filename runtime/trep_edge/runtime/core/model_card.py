@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from trep_edge.runtime.core.scoring import Calibration
-from trep_edge.runtime.core.time_index import parse_time_index
+from trep_edge.runtime.core.time_index import TimeIndex, parse_time_index
 
 SCHEMA_VERSION = 1
 TIME_EMBEDDINGS = ("time2vec", "mlp", "rbf", "none")
@@ -63,6 +63,11 @@ class ModelCard:
     detector_prior: dict = field(default_factory=dict)
     period: float = 0.0
     """Seconds per step of the training data; 0 = any (a general model, or not declared)."""
+    phase_origin: int = 0
+    """A periodic model's phase at absolute step 0: its training data's first row stood at Unix-epoch step ``S``
+    (timestamp / ``period``) and ``phase_origin = S mod P``, so a live reading gets the phase its training rows had
+    (``time_index.TimeIndex``). 0 when the training data had no timestamps: then the first row is taken to start a
+    cycle."""
     ranges: dict = field(default_factory=dict)
     """Physically possible values, ``{channel: [low, high]}``: a reading outside is a sensor fault, not the process."""
     channel_codes: dict = field(default_factory=dict)
@@ -70,18 +75,22 @@ class ModelCard:
     (e.g. LOINC, with a UCUM unit): the FHIR output's codes (runtime/trep_edge/runtime/service/fhir.py). Channels left out are named only."""
     schema_version: int = SCHEMA_VERSION
 
+    def convention(self) -> TimeIndex:
+        """The time index the model's ``t`` follows: ``time_index`` with the card's ``phase_origin``."""
+        return parse_time_index(self.time_index, self.phase_origin)
+
     def to_json(self) -> str:
         """Canonical JSON text (sorted keys), identical in the ONNX metadata and the sidecar file.
 
-        ``graphs``, ``scaling``, ``channel_mode``, ``detector_prior``, ``ranges``, ``period`` and ``channel_codes`` are
-        left out at their defaults, so a card without them keeps the text (and the sha256-compared identity) older
+        ``graphs``, ``scaling``, ``channel_mode``, ``detector_prior``, ``ranges``, ``period``, ``phase_origin`` and
+        ``channel_codes`` are left out at their defaults, so a card without them keeps the text (and the sha256-compared identity) older
         runtimes wrote.
         """
         data = asdict(self)
         if not self.graphs:
             del data["graphs"]
         for key, default in (("scaling", "card"), ("channel_mode", "fixed"), ("detector_prior", {}), ("ranges", {}),
-                             ("period", 0.0), ("channel_codes", {})):
+                             ("period", 0.0), ("phase_origin", 0), ("channel_codes", {})):
             if data[key] == default:
                 del data[key]
         return json.dumps(data, sort_keys=True, indent=2)
@@ -130,10 +139,13 @@ class ModelCard:
                 problems.append(f"normalisation.{key} must list {self.input_dims} numbers")
             elif key == "std" and any((not isinstance(v, (int, float))) or v <= 0 for v in values):
                 problems.append("normalisation.std values must be positive numbers")
-        try:
-            parse_time_index(self.time_index)
-        except (ValueError, AttributeError) as exc:
-            problems.append(str(exc))
+        if isinstance(self.phase_origin, bool) or not isinstance(self.phase_origin, int):
+            problems.append(f"phase_origin must be a whole number of steps, got {self.phase_origin!r}")
+        else:
+            try:
+                self.convention()
+            except (ValueError, AttributeError) as exc:
+                problems.append(str(exc))
         if self.time_embedding not in TIME_EMBEDDINGS:
             problems.append(f"time_embedding {self.time_embedding!r} is not one of {TIME_EMBEDDINGS}")
         for key in ("window", "repr_dims", "input_dims"):

@@ -61,13 +61,16 @@ def sliding_windows(values: np.ndarray, window: int) -> np.ndarray:
 
 
 def _pairs(engine: Engine, windows: np.ndarray, start: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
-    """Unmasked and masked last-step representations of every window, in batches of ``batch``."""
+    """Unmasked and masked last-step representations of every window, in batches of ``batch``; ``start`` is the
+    series' first row counted from the first row of the model's training data (which stands at the card's
+    ``phase_origin``)."""
     w = engine.card.window
     zu = np.empty((len(windows), engine.card.repr_dims), dtype=np.float32)
     zm = np.empty_like(zu)
+    first = engine.card.phase_origin + start
     for lo in range(0, len(windows), batch):
         chunk = np.ascontiguousarray(windows[lo : lo + batch])
-        starts = start + np.arange(lo, lo + len(chunk), dtype=np.int64) - (w - 1)
+        starts = first + np.arange(lo, lo + len(chunk), dtype=np.int64) - (w - 1)
         zu[lo : lo + len(chunk)], zm[lo : lo + len(chunk)] = engine.last_step_pair(chunk, starts)
     return zu, zm
 
@@ -75,7 +78,8 @@ def _pairs(engine: Engine, windows: np.ndarray, start: int, batch: int) -> tuple
 def raw_scores(engine: Engine, values: np.ndarray, start: int = 0, batch: int = 256) -> np.ndarray:
     """Raw masked-vs-unmasked score of every step of a prepared series ``[T, C]`` (float64 ``[T]``, NaN = none).
 
-    ``start`` is the absolute index of the series' first step (for a periodic time index). The paper protocol's
+    ``start`` is the series' first row counted from the first row of the model's training data (for a periodic time
+    index: a series without timestamps is taken to begin where the training data began). The paper protocol's
     score with the card's fixed normalisation (no per-stream scaling); the product's scores are ``detect_recording``'s.
     """
     zu, zm = _pairs(engine, sliding_windows(values, engine.card.window), start, batch)
@@ -128,7 +132,7 @@ def detect_recording(
 
     ``timestamps`` (seconds, ``[T]``) place the rows on the step grid of ``windows.period`` (default the card's period,
     else 1 s), so missing steps are gaps the monitor fills or, beyond ``windows.max_gap``, resets after; without them
-    row ``t`` is step ``t``. ``alerts.explain`` attaches explanations to raised and updated episodes.
+    row ``t`` is step ``card.phase_origin + t`` (where the training rows began). ``alerts.explain`` attaches explanations to raised and updated episodes.
     """
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2:
@@ -136,7 +140,9 @@ def detect_recording(
     names = list(channels) if channels is not None else recording_channels(engine, values.shape[1])
     windows = windows or WindowConfig(period=engine.card.period or 1.0)
     t_len = len(values)
-    stamps = np.arange(t_len) * windows.period if timestamps is None else np.asarray(timestamps, dtype=np.float64)
+    # Rows without timestamps begin where the model's training rows began, so a periodic model sees their phases.
+    rows = engine.card.phase_origin + np.arange(t_len)
+    stamps = rows * windows.period if timestamps is None else np.asarray(timestamps, dtype=np.float64)
     if stamps.shape != (t_len,):
         raise ValueError(f"timestamps must be [T] = [{t_len}], got shape {stamps.shape}")
     monitor = Monitor(engine, windows, alerts, detector)

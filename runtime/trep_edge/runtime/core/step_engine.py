@@ -33,7 +33,7 @@ import onnxruntime as ort
 from trep_edge.runtime.core.model_card import ModelCard
 from trep_edge.runtime.core.model_file import STEP_LAYOUT_KEY, step_layout
 from trep_edge.runtime.core.stream_state import StreamState
-from trep_edge.runtime.core.time_index import parse_time_index, time_index
+from trep_edge.runtime.core.time_index import time_index
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class StepEngine:
     """Per-stream state of a causal model and the step graph that advances it (module docstring)."""
 
     def __init__(self, graph: StepGraph, card: ModelCard, max_rows: int = 512) -> None:
-        conv = parse_time_index(card.time_index)
+        conv = card.convention()
         if conv.kind == "relative" and card.time_embedding != "none":
             raise ValueError(f"model {card.name} uses a relative time index: its time embedding moves with the window, "
                              "so no per-stream state can be carried (export a causal model with periodic:P)")  # fmt: skip

@@ -12,19 +12,28 @@ import numpy as np
 
 @dataclass(frozen=True)
 class TimeIndex:
-    """A parsed time-index convention: ``relative`` or ``periodic:P``."""
+    """A parsed time-index convention: ``relative`` or ``periodic:P``.
+
+    ``origin`` (periodic only) is the absolute step at which the model's cycle starts: a model trained on a file
+    whose first row stood at epoch step ``S`` has ``origin = S mod P``, so a live reading at step ``s`` gets the phase
+    its training row had. It is the model card's ``phase_origin``, not part of the convention's string.
+    """
 
     kind: str
     period: int = 0
+    origin: int = 0
 
     def __str__(self) -> str:
         return "relative" if self.kind == "relative" else f"periodic:{self.period}"
 
 
-def parse_time_index(spec: str) -> TimeIndex:
-    """Parse ``relative`` or ``periodic:P`` (P a positive integer), refusing anything else."""
+def parse_time_index(spec: str, origin: int = 0) -> TimeIndex:
+    """Parse ``relative`` or ``periodic:P`` (P a positive integer), refusing anything else; ``origin`` as in
+    ``TimeIndex`` (a relative convention has none, so it must be 0 there)."""
     spec = spec.strip()
     if spec == "relative":
+        if origin:
+            raise ValueError(f"a phase origin ({origin}) needs a periodic time index, not 'relative'")
         return TimeIndex("relative")
     if spec.startswith("periodic:"):
         try:
@@ -32,7 +41,9 @@ def parse_time_index(spec: str) -> TimeIndex:
         except ValueError:
             period = 0
         if period > 0:
-            return TimeIndex("periodic", period)
+            if not 0 <= origin < period:
+                raise ValueError(f"phase origin {origin} is outside 0..{period - 1} of time index {spec!r}")
+            return TimeIndex("periodic", period, int(origin))
     raise ValueError(f"time index {spec!r} is not understood: use 'relative' or 'periodic:P' with P a positive integer")
 
 
@@ -46,7 +57,7 @@ def time_index(
 
     ``relative``: t = index − origin, where origin is the first index of the unit the encoder sees as one
     sequence (the window at inference, so t = 0..W−1; the training section, so both crops of a sample share
-    t). ``periodic:P``: t = index mod P, computed in int64 so a stream of 10^8+ samples still gives a small,
+    t). ``periodic:P``: t = (index − convention.origin) mod P, computed in int64 so a stream of 10^8+ samples still gives a small,
     exact float32.
     """
     conv = parse_time_index(convention) if isinstance(convention, str) else convention
@@ -55,4 +66,4 @@ def time_index(
     if conv.kind == "relative":
         base = starts if origin is None else np.atleast_1d(np.asarray(origin, dtype=np.int64))
         return (index - base[:, None]).astype(np.float32)
-    return (index % conv.period).astype(np.float32)
+    return ((index - conv.origin) % conv.period).astype(np.float32)

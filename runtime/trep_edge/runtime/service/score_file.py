@@ -74,22 +74,13 @@ def score_recording(
         if series.timestamps is None:
             raise ValueError(f"{series.stream}: scoring by time needs timestamps (a CSV whose first column is a "
                              "timestamp); this file has none, so its rows can only be scored as consecutive steps")
-        stamps = series.timestamps - series.timestamps[0]  # the grid starts at the first reading
+        # The daemon's grid: steps counted from the Unix epoch, so a periodic model sees the phases it would live.
+        stamps = series.timestamps
     d = detect_recording(engine, values, detector, channels, alerts, windows, stamps, stream=series.stream)
     independent = engine.card.channel_mode == "independent"
     lane_channel = [channels[k] if independent and k >= 0 else "" for k in d.lane.tolist()]
     return FileScores(series.stream, channels, values, d.raw, d.score, d.surprise, detector.threshold, d.alerts,
                       d.warming, lane_channel, d.events, series.labels, d.explanations)  # fmt: skip
-
-
-def median_interval(timestamps: np.ndarray) -> float:
-    """The typical seconds between consecutive readings (the median positive interval): a recording's sampling period
-    when nobody states it; gaps and repeated times do not move a median."""
-    steps = np.diff(np.asarray(timestamps, dtype=np.float64))
-    steps = steps[steps > 0]
-    if not steps.size:
-        raise ValueError("the timestamps never advance, so they give no sampling period: set one with --period")
-    return float(np.median(steps))
 
 
 def write_csv(result: FileScores, path: str | Path) -> None:

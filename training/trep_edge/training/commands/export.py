@@ -41,7 +41,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--graphs", help="extra graphs to embed, comma-separated from last_step, pruned_pair, step, or none "
                    "(default: every one that applies; each stores its own copy of the weights)")
     p.add_argument("--period", type=float, default=0.0, help="seconds between the training data's readings, written "
-                   "to the card: a daemon whose [windows] period differs warns (default 0: any period)")
+                   "to the card: a daemon whose [windows] period differs warns (default 0: any period; a periodic model trained on "
+                   "timestamped rows: their spacing, the step its phase is counted in)")
     p.add_argument("--range", action="append", default=[], metavar="CHANNEL=LOW:HIGH",
                    help="a channel's physically possible values (repeatable), e.g. HR=0:350: the runtime treats a "
                    "value outside as a sensor fault (missing for scoring, a sensor alert), not as an anomaly")
@@ -71,12 +72,12 @@ def run(args: argparse.Namespace) -> int:
     if args.window < 2:
         raise ValueError(f"--window must be at least 2 steps, got {args.window}")
     scoring = Scoring(z=args.z, beta=args.beta, delay=args.delay)
-    card = build_card(args.name or out.stem, encoder, trainer.meta, trainer.cfg.to_dict(), args.window, scoring, trainer.step)
+    card = build_card(args.name or out.stem, encoder, trainer.meta, trainer.cfg.to_dict(), args.window, scoring,
+                      trainer.step, float(getattr(args, "period", 0.0)))  # fmt: skip
     general = getattr(args, "general", False)
     if general:
         make_general(encoder, card)
     card.ranges = _channel_ranges(getattr(args, "range", []), card.channels)
-    card.period = float(getattr(args, "period", 0.0))
     card.channel_codes = _channel_codes(getattr(args, "channel_codes", None))
     if card.channel_codes:
         card.validate(f"the card with --channel-codes {args.channel_codes}")  # refused now, not after calibration

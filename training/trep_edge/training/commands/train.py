@@ -152,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
                       "exclude_alerts": args.exclude_alerts},
         "init_from": args.init_from,
     }
+    if source is not None and source.first_step is not None:
+        # Where the training rows stood in time, so export can give a periodic model the daemon's phases.
+        meta["timing"] = {"first_step": source.first_step, "step_seconds": source.step_seconds}
     shards, rank = (world.size, world.rank) if world else (1, None)
     if world:
         args.device = device_for(world, args.device or (base or {}).get("config", {}).get("device", "auto"))

@@ -54,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
         cal = card.calibration
         print(f"model         {card.name}  sha256 {engine.sha256}")
         print(f"  card        channels {card.channels}, window {card.window}, repr_dims {card.repr_dims}, "
-              f"differencing {card.differencing}, time index {card.time_index}, embedding {card.time_embedding}, "
+              f"differencing {card.differencing}, time index {card.time_index}"
+              + (f" (phase origin {card.phase_origin}, step {card.period:g} s)" if card.phase_origin else "")
+              + f", embedding {card.time_embedding}, "
               f"precision {getattr(card, 'precision', 'fp32')}")  # fmt: skip
         print(f"  scoring     z {card.scoring.z}, beta {card.scoring.beta}, delay {card.scoring.delay}; "
               + (f"threshold {cal.mu + card.scoring.beta * cal.sigma:.4g} from {cal.n} calibration scores"

@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     from trep_edge.datasets.paths import resolve
 
     from trep_edge.runtime.service.replay import load_series, parse_rename
-    from trep_edge.runtime.service.score_file import median_interval, score_recording, write_csv, write_plot
+    from trep_edge.datasets.timestamps import median_interval
+    from trep_edge.runtime.service.score_file import score_recording, write_csv, write_plot
 
     if args.period is not None and not args.by_time:
         raise ValueError("--period sets the step of --by-time scoring; add --by-time, or leave --period out")
