@@ -83,8 +83,8 @@ class ModelCard:
         """Canonical JSON text (sorted keys), identical in the ONNX metadata and the sidecar file.
 
         ``graphs``, ``scaling``, ``channel_mode``, ``detector_prior``, ``ranges``, ``period``, ``phase_origin`` and
-        ``channel_codes`` are left out at their defaults, so a card without them keeps the text (and the sha256-compared identity) older
-        runtimes wrote.
+        ``channel_codes`` are left out at their defaults, so a card without them keeps the text (and the
+        sha256-compared identity) older runtimes wrote.
         """
         data = asdict(self)
         if not self.graphs:

@@ -132,7 +132,8 @@ def detect_recording(
 
     ``timestamps`` (seconds, ``[T]``) place the rows on the step grid of ``windows.period`` (default the card's period,
     else 1 s), so missing steps are gaps the monitor fills or, beyond ``windows.max_gap``, resets after; without them
-    row ``t`` is step ``card.phase_origin + t`` (where the training rows began). ``alerts.explain`` attaches explanations to raised and updated episodes.
+    row ``t`` is step ``card.phase_origin + t`` (where the training rows began). ``alerts.explain`` attaches
+    explanations to raised and updated episodes.
     """
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2:

@@ -57,8 +57,8 @@ def time_index(
 
     ``relative``: t = index − origin, where origin is the first index of the unit the encoder sees as one
     sequence (the window at inference, so t = 0..W−1; the training section, so both crops of a sample share
-    t). ``periodic:P``: t = (index − convention.origin) mod P, computed in int64 so a stream of 10^8+ samples still gives a small,
-    exact float32.
+    t). ``periodic:P``: t = (index − convention.origin) mod P, computed in int64 so a stream of 10^8+ samples still
+    gives a small, exact float32.
     """
     conv = parse_time_index(convention) if isinstance(convention, str) else convention
     starts = np.atleast_1d(np.asarray(start, dtype=np.int64))

@@ -41,8 +41,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--graphs", help="extra graphs to embed, comma-separated from last_step, pruned_pair, step, or none "
                    "(default: every one that applies; each stores its own copy of the weights)")
     p.add_argument("--period", type=float, default=0.0, help="seconds between the training data's readings, written "
-                   "to the card: a daemon whose [windows] period differs warns (default 0: any period; a periodic model trained on "
-                   "timestamped rows: their spacing, the step its phase is counted in)")
+                   "to the card: a daemon whose [windows] period differs warns (default 0: any period; for a periodic "
+                   "model trained on timestamped rows, their spacing, the step its phase is counted in)")
     p.add_argument("--range", action="append", default=[], metavar="CHANNEL=LOW:HIGH",
                    help="a channel's physically possible values (repeatable), e.g. HR=0:350: the runtime treats a "
                    "value outside as a sensor fault (missing for scoring, a sensor alert), not as an anomaly")

@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
                                            inputs["normalisation"])  # fmt: skip
     if args.time_index is None and not (args.config or base or args.stream):
         # Knowing a reading's phase in its stream's cycle ties on streams of a few thousand readings and gains on
-        # long ones (docs/detection.md, the time-index round), and relative is what auto picks without a cycle.
+        # long ones (docs/detection.md, the time-index default round), and auto picks relative without a cycle.
         args.time_index = "auto"
     if args.time_index == "auto":
         args.time_index = auto_time_index(source.x)
