@@ -51,10 +51,9 @@ def _reference(data, shards: int, batch_size: int) -> dict[str, torch.Tensor]:
 
 def test_torchrun_two_ranks_match_one_process_with_the_same_global_batch_and_seed(toy, tmp_path):
     out = tmp_path / "ddp.pt"
-    # relative: the reference's TrainConfig default (the CLI's own default is auto)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "trep_edge.cli",
            "train", str(toy), "--out", str(out), "--iterations", str(STEPS), "--device", "cpu", "--no-progress",
-           "--time-index", "relative", *_flags()]  # fmt: skip
+           *_flags()]  # fmt: skip
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     summary = json.loads(run.stdout[run.stdout.index("{") :])  # rank 0 alone prints

@@ -51,15 +51,15 @@ def test_auto_time_index_names_the_convention():
     assert auto_time_index(np.random.default_rng(5).normal(size=(2, 300, 1))) == "relative"
 
 
-def test_train_finds_the_period_by_default_and_keeps_a_named_convention(tmp_path, capsys):
+def test_train_with_auto_time_index_stores_and_reports_the_found_period(tmp_path, capsys):
     data = tmp_path / "daily.npy"
     np.save(data, _cycle(24, n=400).astype(np.float32)[:, None])
     ckpt = tmp_path / "daily.pt"
-    assert main(["train", str(data), "--out", str(ckpt), *TINY]) == 0  # no --time-index: auto
+    assert main(["train", str(data), "--time-index", "auto", "--out", str(ckpt), *TINY]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["steps"] == 2 and summary["time_index"] == "periodic:24"
     assert read_checkpoint(ckpt)["config"]["time_index"] == "periodic:24"
-    assert main(["train", str(data), "--time-index", "relative", "--out", str(ckpt), *TINY]) == 0
+    assert main(["train", str(data), "--out", str(ckpt), *TINY]) == 0  # the default stays relative
     assert json.loads(capsys.readouterr().out)["time_index"] == "relative"
 
 

@@ -61,8 +61,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--time-embedding", choices=["time2vec", "mlp", "rbf", "none"], help="time-embedding module; none = TS2Vec ablation")
     p.add_argument("--time-index", help="time index convention: relative, periodic:P (TREP.md §4), or auto: "
                    "periodic:P where the training data's channels share a cycle of P readings (autocorrelation "
-                   "peak of at least 0.3), else relative. Default: auto, or with --config the file's setting, with "
-                   "--init-from the base model's, with --stream relative")
+                   "peak of at least 0.3), else relative")
     p.add_argument("--max-train-length", type=int, help="cut long series into sections of at most this many steps")
     p.add_argument("--causal", action="store_true", default=None, help="causal convolutions with a receptive field "
                    "within --max-receptive-field, for the incremental step engine (docs/causal.md); needs "
@@ -137,10 +136,6 @@ def run(args: argparse.Namespace) -> int:
         data = source = load_training_data(args.data, args.data_root, inputs["channels"], args.rows, args.max_series,
                                            inputs["difference"], inputs["forward_fill"], args.exclude_alerts,
                                            inputs["normalisation"])  # fmt: skip
-    if args.time_index is None and not (args.config or base or args.stream):
-        # Knowing a reading's phase in its stream's cycle ties on streams of a few thousand readings and gains on
-        # long ones (docs/detection.md, the time-index default round), and auto picks relative without a cycle.
-        args.time_index = "auto"
     if args.time_index == "auto":
         args.time_index = auto_time_index(source.x)
     out = Path(args.out or f"runs/{Path(data.name).name.split('.')[0]}.pt")
