@@ -23,7 +23,7 @@ def _case(values: np.ndarray, train_end: int, labelled: slice | None = None) -> 
 class LastValueEngine:
     """Scores each step by |x_t|: the 'unmasked' representation is the last value, the 'masked' one 0."""
 
-    card = SimpleNamespace(window=8, repr_dims=1)
+    card = SimpleNamespace(window=8, repr_dims=1, phase_origin=0)
 
     def last_step_pair(self, windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         last = np.nan_to_num(windows[:, -1, :])
