@@ -18,6 +18,7 @@ from trep_edge.datasets.table import column_positions
 from trep_edge.datasets.ts_format import load_ts
 from trep_edge.datasets.ucr_anomaly import load_ucr_anomaly
 from trep_edge.runtime.core.preprocess import Normalisation, count_levels, difference, fit_normalisation, forward_fill
+from trep_edge.runtime.core.windows import step_index
 
 FORMATS = (".csv (ETT-style), .ts (UEA/UCR), .txt (UCR anomaly), .npy, .tar.gz (PhysioNet 2019 .psv), "
            "a telemetry archive folder (docs/retraining.md)")
@@ -156,9 +157,8 @@ def load_training_data(
 
 
 def _timing(stamps: np.ndarray | None, rows: str | None) -> tuple[int | None, float | None]:
-    """The first training row's Unix-epoch step and the rows' spacing in seconds, as the daemon counts steps
-    (``windows.py``: ``floor(timestamp / period + 0.5)``); ``(None, None)`` without timestamps or without one that
-    advances."""
+    """The first training row's Unix-epoch step and the rows' spacing in seconds, counted as the daemon counts steps
+    (``windows.step_index``); ``(None, None)`` without timestamps or without one that advances."""
     if stamps is None:
         return None, None
     seconds = _rows(stamps.astype("datetime64[ms]").astype(np.int64)[None, :, None] / 1000.0, rows)[0, :, 0]
@@ -166,7 +166,7 @@ def _timing(stamps: np.ndarray | None, rows: str | None) -> tuple[int | None, fl
         spacing = median_interval(seconds)
     except ValueError:
         return None, None
-    return int(np.floor(seconds[0] / spacing + 0.5)), spacing
+    return step_index(seconds[0], spacing), spacing
 
 
 def _fill_observed(series: np.ndarray, limit: int) -> np.ndarray:

@@ -141,9 +141,11 @@ def detect_recording(
     names = list(channels) if channels is not None else recording_channels(engine, values.shape[1])
     windows = windows or WindowConfig(period=engine.card.period or 1.0)
     t_len = len(values)
-    # Rows without timestamps begin where the model's training rows began, so a periodic model sees their phases.
-    rows = engine.card.phase_origin + np.arange(t_len)
-    stamps = rows * windows.period if timestamps is None else np.asarray(timestamps, dtype=np.float64)
+    if timestamps is None:
+        # Rows without timestamps begin where the model's training rows began, so a periodic model sees their phases.
+        stamps = (engine.card.phase_origin + np.arange(t_len)) * windows.period
+    else:
+        stamps = np.asarray(timestamps, dtype=np.float64)
     if stamps.shape != (t_len,):
         raise ValueError(f"timestamps must be [T] = [{t_len}], got shape {stamps.shape}")
     monitor = Monitor(engine, windows, alerts, detector)

@@ -55,6 +55,12 @@ WINDOW_REJECTIONS = ("late", "ahead", "empty", "non_finite", "absurd_timestamp",
 """Kinds ``WindowStore.ingest`` (and ``Monitor.ingest``) return for a reading it drops."""
 
 
+def step_index(timestamp: float, period: float) -> int:
+    """The absolute step of a timestamp in seconds since the epoch: the nearest multiple of ``period`` (module
+    docstring, "Time steps"); training counts a periodic model's phase from it too (``training/data.py``)."""
+    return int(math.floor(timestamp / period + 0.5))
+
+
 @dataclass(frozen=True)
 class WindowConfig:
     """How readings become regular steps (one ``[windows]`` TOML table).
@@ -266,8 +272,8 @@ class WindowStore:
     # readings
 
     def step_of(self, timestamp: float) -> int:
-        """The absolute step index of a timestamp (nearest multiple of the period)."""
-        return int(math.floor(timestamp / self.config.period + 0.5))
+        """The absolute step index of a timestamp (``step_index``)."""
+        return step_index(timestamp, self.config.period)
 
     def ingest(self, reading: Reading, now: float | None = None, reset: bool = False) -> str | None:
         """Add a reading to its step; None when accepted (merged, possibly as a duplicate), else why it was dropped.
