@@ -95,6 +95,9 @@ Prototypes (``KIND:key=value;...``, each key optional):
   for weeks pages once over a span in proportion to what has been watched.
 - ``spent-peaks`` (``decay``): while a stream is over its alert budget its remembered run peaks fall by ``decay`` per
   reading instead of ``peak_decay``: a stream that keeps alerting remembers how loud its surprises get for longer.
+- ``lone-model`` (``floor``, ``cap``): a lane whose ``deviation`` surprise is under ``floor`` scores at most ``cap``
+  (just under the threshold by default): the model's signals alone, with the reading ordinary against its window,
+  cannot alert through the plain bar.
 - ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
   own degrees of freedom (0: the Gaussian) instead of ``tail_dof`` for all.
 - ``segment-novelty`` (``k``): ``novelty`` of the mean of the lane's last ``k`` representations instead of the last
@@ -1092,6 +1095,23 @@ def adaptive_tail(cut: float = 2.5, weight: float = 200.0, dofs: str = "4/6/8/12
     return Prototype(patches)
 
 
+def lone_model(floor: float = 2.0, cap: float = 3.9) -> Prototype:
+    """A lane whose ``deviation`` surprise is under ``floor`` scores at most ``cap`` (module docstring). Most alerts
+    that the model's ``distance`` carries while ``deviation`` is ordinary are false alarms under per-stream models
+    (docs/detection.md, the seed-ensemble round)."""
+    combine = detector_module.Detector.combine
+
+    def on_combine(self: detector_module.Detector, lanes: np.ndarray, surprise: np.ndarray) -> np.ndarray:
+        out = combine(self, lanes, surprise)
+        if "deviation" not in self.config.signals:
+            return out
+        with np.errstate(invalid="ignore"):
+            ordinary = ~(surprise[:, self.config.signals.index("deviation")] >= floor)
+        return np.where(ordinary, np.fmin(out, cap), out)
+
+    return _patching(detector_module.Detector, combine=on_combine)
+
+
 def signal_tail(dofs: str = "8/8/4") -> Prototype:
     """Each signal judged under a tail of its own (``dofs``, ``/``-separated even degrees of freedom in ``SIGNALS``
     order, 0 for the Gaussian) instead of ``tail_dof`` for all: the plain-value ``deviation`` is what alarms on
@@ -1138,7 +1158,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "slow-floor": slow_floor, "run-rate": run_rate,
     "step-full": step_full, "persist": persist, "late-bar": late_bar, "peak-fade": peak_fade,
     "growing-refractory": growing_refractory, "spent-peaks": spent_peaks, "calibrated": calibrated, "cross": cross,
-    "phase-novelty": phase_novelty,
+    "phase-novelty": phase_novelty, "lone-model": lone_model,
 }  # fmt: skip
 
 

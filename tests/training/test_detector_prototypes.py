@@ -522,3 +522,18 @@ def test_spent_peaks_keep_an_over_budget_streams_peaks_longer_not_a_streams_with
         assert peaks_after(4) > committed_over + 3  # over budget: 1,000 readings cost 1 instead of 5
         assert peaks_after(2) == pytest.approx(committed_within)  # within budget: as committed
     assert peaks_after(4) == pytest.approx(committed_over)  # unpatched again
+
+
+def test_lone_model_caps_a_lane_whose_deviation_is_ordinary_not_one_whose_deviation_agrees_and_only_while_patched():
+    detector = prototypes.detector_module.Detector(DetectorConfig(), dims=4)
+    detector.add(1, 2)
+    lanes = np.array([0, 1])
+    k = SIGNALS.index("deviation")
+    surprise = np.full((2, len(SIGNALS)), 6.0)  # both lanes: every model signal far out
+    surprise[0, k], surprise[1, k] = 0.5, 3.0  # lane 0's reading ordinary in its window; lane 1's out too
+    committed = detector.combine(lanes, surprise)
+    assert (committed >= 4.0).all()
+    with prototypes.parse("lone-model:floor=2;cap=3.9").patches():
+        capped = detector.combine(lanes, surprise)
+    assert capped[0] == pytest.approx(3.9) and capped[1] == committed[1]
+    assert np.array_equal(detector.combine(lanes, surprise), committed)  # unpatched again
