@@ -42,9 +42,12 @@ Prototypes (``KIND:key=value;...``, each key optional):
   its last ``span`` readings: far out only if far out against a longer stretch too, so a daily rise the last
   ``deviation_window`` readings had not seen stays small; with ``where`` 1 only where the window's earlier readings
   are all equal, with 2 only where their quartiles tie (a channel at rest between its stirs).
-- ``seasonal`` (``acf``, ``pmax``): ``deviation``'s level is also the reading's difference from the reading one
-  period earlier, judged against the window of such differences; the period is the first autocorrelation peak of at
-  least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 % (at least 200 readings).
+- ``seasonal`` (``acf``, ``pmax``, ``lower``, ``gain``): ``deviation``'s level is also the reading's difference from
+  the reading one period earlier, judged against the window of such differences, times ``gain``; the period is the
+  first autocorrelation peak of at least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 % (at least 200
+  readings). With ``lower`` 1 the level is the smaller of the two: a reading far out against its window but like the
+  same moment a period earlier (a beat's peak, a daily edge) is ordinary. With ``judge`` 1 as well, the smaller level
+  is judged but the plain one is learned, so the signal's statistics stay the committed ones.
 - ``shift`` (``k``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings against the window
   before them, times ``gain`` (default ``sqrt(k)``), for a sustained shift inside a noisy channel's spread.
 - ``mean-shift`` (``k``): ``deviation``'s level is also the mean of the last ``k`` readings against the means of
@@ -444,22 +447,25 @@ def _with_levels(
 
 
 def _with_stream_levels(
-    stream: Stream, tape: list, levels: Callable[[np.ndarray], list[np.ndarray] | None], lower: bool = False
+    stream: Stream, tape: list, levels: Callable[[np.ndarray], list[np.ndarray] | None], lower: bool = False,
+    apart: bool = False,
 ) -> list:
     """The tape with each step's ``deviation`` level of channel ``c`` replaced by ``levels(x)[c]`` at its row, ``x``
-    the stream's raw values ``[T, C]`` in float64; ``levels`` returning None keeps the tape.
+    the stream's raw values ``[T, C]`` in float64 (``apart``: see ``_with_channel_levels``); ``levels`` returning
+    None keeps the tape.
 
     Sepsis streams keep their tape: the ICU model's window (49) is shorter than ``deviation_window``, which the raw
     sliding windows here assume."""
     if stream.category == "sepsis":
         return tape
     channel_levels = levels(stream.values.astype(np.float64))
-    return tape if channel_levels is None else _with_channel_levels(tape, channel_levels, lower)
+    return tape if channel_levels is None else _with_channel_levels(tape, channel_levels, lower, apart)
 
 
-def _with_channel_levels(tape: list, levels: list[np.ndarray], lower: bool = False) -> list:
+def _with_channel_levels(tape: list, levels: list[np.ndarray], lower: bool = False, apart: bool = False) -> list:
     """The tape with each step's ``deviation`` level of channel ``c`` replaced by ``levels[c]`` at the step's row
-    (``lower``: by the smaller of the two, so that a NaN of ``levels`` keeps the tape's)."""
+    (``lower``: by the smaller of the two, so that a NaN of ``levels`` keeps the tape's); with ``apart`` the new
+    level goes into a third slot beside the plain parts (``[m, 3, C]``, for ``_judged_apart``)."""
     pick = np.fmin if lower else (lambda old, new: new)
     out, row = [], -1
     for call in tape:
@@ -467,10 +473,13 @@ def _with_channel_levels(tape: list, levels: list[np.ndarray], lower: bool = Fal
             row = call[1]
         elif call[0] == "step" and row >= 0 and call[6] is not None:
             deviation = call[6].copy()  # [m, 2, C]: a lane per channel ([m, 2, 1]) or one lane of every channel
+            if apart:
+                deviation = np.concatenate([deviation, deviation[:, :1]], axis=1)
+            slot = 2 if apart else 0
             if deviation.shape[2] == 1:
-                deviation[:, 0, 0] = pick(deviation[:, 0, 0], [levels[int(lane)][row] for lane in call[2]])
+                deviation[:, slot, 0] = pick(deviation[:, 0, 0], [levels[int(lane)][row] for lane in call[2]])
             else:
-                deviation[0, 0, :] = pick(deviation[0, 0, :], [level[row] for level in levels])
+                deviation[0, slot, :] = pick(deviation[0, 0, :], [level[row] for level in levels])
             call = (*call[:6], deviation, *call[7:])
         out.append(call)
     return out
@@ -517,18 +526,66 @@ def context(span: int = 1024, where: int = 0) -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
-def seasonal(acf: float = 0.3, pmax: int = 1000) -> Prototype:
-    """``deviation``'s level is also the reading's against the one a period earlier, where the stream has a period."""
+def seasonal(acf: float = 0.3, pmax: int = 1000, lower: float = 0, gain: float = 1.0, judge: float = 0) -> Prototype:
+    """``deviation``'s level is also the reading's against the one a period earlier, where the stream has a period;
+    with ``lower``, only where it is both (the smaller of the two, the seasonal one times ``gain``); with ``judge``
+    as well, the smaller one is judged and the plain one learned (``_judged_apart``)."""
     span = DetectorConfig().deviation_window
+    pick = np.fmin if lower else np.fmax
 
     def level(x: np.ndarray) -> np.ndarray:
         lag = find_period([x[: max(probation(len(x)), 200)]], acf, int(pmax))
-        return np.fmax(_levels(x, span), _levels(x, span, lag=lag)) if lag else _levels(x, span)
+        return pick(_levels(x, span), gain * _levels(x, span, lag=lag)) if lag else _levels(x, span)
+
+    if judge:
+        if not lower:
+            raise ValueError("seasonal judge=1 needs lower=1: a raised level judged but not learned is always news")
+
+        def judged(stream: Stream, tape: list) -> list:
+            return _with_stream_levels(stream, tape, lambda x: [level(x[:, c]) for c in range(x.shape[1])],
+                                       lower=True, apart=True)
+
+        return Prototype(_judged_apart, judged)
 
     def rewrite(stream: Stream, tape: list) -> list:
         return _with_levels(stream, tape, level)
 
     return Prototype(_no_patches, rewrite)
+
+
+@contextmanager
+def _judged_apart() -> Iterator[None]:
+    """``Detector.step`` for tapes whose ``deviation`` parts carry a third slot, a level to judge in place of the
+    plain one (``_with_channel_levels``'s ``apart``): the plain parts fold and are learned as committed, and the
+    lane's surprise judges the third slot's level, folded against the same step record, instead."""
+    step, fold = detector_module.Detector.step, detector_module.StepRecord.fold
+
+    def on_step(self, stream_idx, lanes, lane_of, distance, z, deviation=None, repeat=None):  # noqa: ANN001
+        if deviation is None or np.shape(deviation)[1] == 2 or "deviation" not in self.config.signals:
+            return step(self, stream_idx, lanes, lane_of, distance, z, deviation, repeat)
+        deviation = np.asarray(deviation, dtype=np.float64)
+        valid = np.isfinite(np.asarray(distance, dtype=np.float64))
+        rows = np.asarray(lanes, dtype=np.int64)[valid]
+        kept = self.steps.peak_[rows].copy(), self.steps.seen_[rows].copy()
+        judged = np.full((len(valid), self.channels), np.nan)
+        judged[valid] = fold(self.steps, rows, deviation[valid][:, [2, 1]])
+        self.steps.peak_[rows], self.steps.seen_[rows] = kept  # the plain parts record the steps, once
+        column = self.config.signals.index("deviation")
+        surprise = self.stats.surprise
+
+        def on_surprise(idx: np.ndarray, x: np.ndarray) -> np.ndarray:
+            x = x.copy()
+            x[:, column] = np.fmax.reduce(judged, axis=1)  # a lane's worst channel, as the step takes it
+            return surprise(idx, x)
+
+        self.stats.surprise = on_surprise
+        try:
+            return step(self, stream_idx, lanes, lane_of, distance, z, deviation[:, :2], repeat)
+        finally:
+            del self.stats.surprise
+
+    with mock.patch.object(detector_module.Detector, "step", on_step):
+        yield
 
 
 def shift(k: int = 8, gain: float = 0.0) -> Prototype:

@@ -148,6 +148,39 @@ def test_context_quiets_a_daily_rise_that_only_the_last_few_hours_had_not_seen_a
     assert plain[1000] > 20 and context[1000] < 0.1 * plain[1000]
 
 
+def test_seasonal_lower_quiets_an_edge_that_recurs_each_period_not_a_spike_and_never_raises_a_level(tmp_path):
+    rng = np.random.default_rng(4)
+    t = np.arange(1200)
+    values = (3.0 * (t % 60 >= 56) + rng.normal(0, 0.05, len(t)))[:, None]  # a 4-reading pulse every 60
+    values[1050, 0] += 3.0  # a spike between pulses
+    plain, lower = _plain_and(tmp_path, values, [], "seasonal:acf=0.3;lower=1;gain=2")
+    seen = np.isfinite(plain)
+    assert (lower[seen] <= plain[seen] + 1e-9).all()
+    # a pulse's rise is far out against the last 128 readings but like the same moment a period earlier
+    assert plain[896] > 20 and lower[896] < 0.1 * plain[896]
+    assert lower[1050] > 0.5 * plain[1050] > 10  # nothing a period earlier explains the spike
+
+
+def test_seasonal_judged_apart_learns_the_plain_level_and_judges_the_lowered_one_only_while_patched(tmp_path):
+    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
+    stream = _stream()  # a cycle of 60 readings
+    tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
+    config, rows = DetectorConfig(), [len(stream.values)]
+    (plain, _), = replay([tape], config, engine.card.detector_prior, rows)
+    step = prototypes.detector_module.Detector.step
+    prototype = prototypes.parse("seasonal:acf=0.3;lower=1;judge=1")
+    unlowered = prototypes._with_channel_levels(tape, [np.full(rows[0], np.inf)], lower=True, apart=True)
+    with prototype.patches():
+        (same, _), = replay([unlowered], config, engine.card.detector_prior, rows)
+        (lowered, _), = replay([prototype.rewrite(stream, tape)], config, engine.card.detector_prior, rows)
+    assert prototypes.detector_module.Detector.step is step
+    np.testing.assert_array_equal(same, plain)  # the third slot alone decides what is judged
+    seen = np.isfinite(plain)
+    # the statistics are the plain run's, so a lowered level only ever lowers the score (the gate decides alike: no
+    # alert on this stream either way)
+    assert (lowered[seen] <= plain[seen] + 1e-12).all() and (lowered[seen] < plain[seen] - 1e-3).mean() > 0.1
+
+
 def test_context_at_rest_lowers_only_a_stir_of_a_channel_at_rest_that_its_longer_stretch_has_seen(tmp_path):
     rng = np.random.default_rng(4)
     values = np.zeros((900, 1))
