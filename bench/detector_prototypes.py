@@ -42,12 +42,12 @@ Prototypes (``KIND:key=value;...``, each key optional):
   its last ``span`` readings: far out only if far out against a longer stretch too, so a daily rise the last
   ``deviation_window`` readings had not seen stays small; with ``where`` 1 only where the window's earlier readings
   are all equal, with 2 only where their quartiles tie (a channel at rest between its stirs).
-- ``seasonal`` (``acf``, ``pmax``, ``lower``, ``gain``): ``deviation``'s level is also the reading's difference from
-  the reading one period earlier, judged against the window of such differences, times ``gain``; the period is the
-  first autocorrelation peak of at least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 % (at least 200
-  readings). With ``lower`` 1 the level is the smaller of the two: a reading far out against its window but like the
-  same moment a period earlier (a beat's peak, a daily edge) is ordinary. With ``judge`` 1 as well, the smaller level
-  is judged but the plain one is learned, so the signal's statistics stay the committed ones.
+- ``seasonal`` (``acf``, ``pmax``, ``lower``, ``gain``, ``judge``): ``deviation``'s level is also the reading's
+  difference from the reading one period earlier, judged against the window of such differences, times ``gain``;
+  the period is the first autocorrelation peak of at least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 %
+  (at least 200 readings). With ``lower`` 1 the level is the smaller of the two: a reading far out against its
+  window but like the same moment a period earlier (a beat's peak, a daily edge) is ordinary. With ``judge`` 1 as
+  well, the smaller level is judged but the plain one is learned, so the signal's statistics stay the committed ones.
 - ``shift`` (``k``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings against the window
   before them, times ``gain`` (default ``sqrt(k)``), for a sustained shift inside a noisy channel's spread.
 - ``mean-shift`` (``k``): ``deviation``'s level is also the mean of the last ``k`` readings against the means of
@@ -560,7 +560,10 @@ def _judged_apart() -> Iterator[None]:
     lane's surprise judges the third slot's level, folded against the same step record, instead."""
     step, fold = detector_module.Detector.step, detector_module.StepRecord.fold
 
-    def on_step(self, stream_idx, lanes, lane_of, distance, z, deviation=None, repeat=None):  # noqa: ANN001
+    def on_step(
+        self: detector_module.Detector, stream_idx: np.ndarray, lanes: np.ndarray, lane_of: np.ndarray,
+        distance: np.ndarray, z: np.ndarray, deviation: np.ndarray | None = None, repeat: np.ndarray | None = None,
+    ) -> detector_module.DetectorStep:
         if deviation is None or np.shape(deviation)[1] == 2 or "deviation" not in self.config.signals:
             return step(self, stream_idx, lanes, lane_of, distance, z, deviation, repeat)
         deviation = np.asarray(deviation, dtype=np.float64)
