@@ -42,12 +42,13 @@ Prototypes (``KIND:key=value;...``, each key optional):
   its last ``span`` readings: far out only if far out against a longer stretch too, so a daily rise the last
   ``deviation_window`` readings had not seen stays small; with ``where`` 1 only where the window's earlier readings
   are all equal, with 2 only where their quartiles tie (a channel at rest between its stirs).
-- ``seasonal`` (``acf``, ``pmax``, ``lower``, ``gain``, ``judge``): ``deviation``'s level is also the reading's
-  difference from the reading one period earlier, judged against the window of such differences, times ``gain``;
-  the period is the first autocorrelation peak of at least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 %
-  (at least 200 readings). With ``lower`` 1 the level is the smaller of the two: a reading far out against its
-  window but like the same moment a period earlier (a beat's peak, a daily edge) is ordinary. With ``judge`` 1 as
-  well, the smaller level is judged but the plain one is learned, so the signal's statistics stay the committed ones.
+- ``seasonal`` (``acf``, ``pmax``, ``lower``, ``gain``, ``judge``, ``above``): ``deviation``'s level is also the
+  reading's difference from the reading one period earlier, judged against the window of such differences, times
+  ``gain``, where the plain level exceeds ``above`` (default: everywhere); the period is the first autocorrelation
+  peak of at least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 % (at least 200 readings). With ``lower`` 1
+  the level is the smaller of the two: a reading far out against its window but like the same moment a period
+  earlier (a beat's peak, a daily edge) is ordinary. With ``judge`` 1 as well, the smaller level is judged but the
+  plain one is learned, so the signal's statistics stay the committed ones.
 - ``shift`` (``k``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings against the window
   before them, times ``gain`` (default ``sqrt(k)``), for a sustained shift inside a noisy channel's spread.
 - ``mean-shift`` (``k``): ``deviation``'s level is also the mean of the last ``k`` readings against the means of
@@ -526,16 +527,23 @@ def context(span: int = 1024, where: int = 0) -> Prototype:
     return Prototype(_no_patches, rewrite)
 
 
-def seasonal(acf: float = 0.3, pmax: int = 1000, lower: float = 0, gain: float = 1.0, judge: float = 0) -> Prototype:
+def seasonal(
+    acf: float = 0.3, pmax: int = 1000, lower: float = 0, gain: float = 1.0, judge: float = 0, above: float = -math.inf
+) -> Prototype:
     """``deviation``'s level is also the reading's against the one a period earlier, where the stream has a period;
-    with ``lower``, only where it is both (the smaller of the two, the seasonal one times ``gain``); with ``judge``
-    as well, the smaller one is judged and the plain one learned (``_judged_apart``)."""
+    with ``lower``, only where it is both (the smaller of the two, the seasonal one times ``gain``, and only where the
+    plain level exceeds ``above``); with ``judge`` as well, the smaller one is judged and the plain one learned
+    (``_judged_apart``)."""
     span = DetectorConfig().deviation_window
     pick = np.fmin if lower else np.fmax
 
     def level(x: np.ndarray) -> np.ndarray:
         lag = find_period([x[: max(probation(len(x)), 200)]], acf, int(pmax))
-        return pick(_levels(x, span), gain * _levels(x, span, lag=lag)) if lag else _levels(x, span)
+        plain = _levels(x, span)
+        if not lag:
+            return plain
+        with np.errstate(invalid="ignore"):
+            return np.where(plain <= above, plain, pick(plain, gain * _levels(x, span, lag=lag)))
 
     if judge:
         if not lower:

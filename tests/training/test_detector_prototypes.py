@@ -159,6 +159,10 @@ def test_seasonal_lower_quiets_an_edge_that_recurs_each_period_not_a_spike_and_n
     # a pulse's rise is far out against the last 128 readings but like the same moment a period earlier
     assert plain[896] > 20 and lower[896] < 0.1 * plain[896]
     assert lower[1050] > 0.5 * plain[1050] > 10  # nothing a period earlier explains the spike
+    _, above = _plain_and(tmp_path, values, [], "seasonal:acf=0.3;lower=1;gain=2;above=5")
+    small = seen & (plain <= 5)
+    np.testing.assert_array_equal(above[small], plain[small])  # an ordinary level is left as it is
+    assert above[896] == lower[896]
 
 
 def test_seasonal_judged_apart_learns_the_plain_level_and_judges_the_lowered_one_only_while_patched(tmp_path):
