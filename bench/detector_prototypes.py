@@ -440,11 +440,12 @@ def _levels(x: np.ndarray, span: int, gap: int = 0, lag: int = 0) -> np.ndarray:
 
 
 def _with_levels(
-    stream: Stream, tape: list, level: Callable[[np.ndarray], np.ndarray], lower: bool = False
+    stream: Stream, tape: list, level: Callable[[np.ndarray], np.ndarray], lower: bool = False, apart: bool = False
 ) -> list:
     """The tape with each step's ``deviation`` level replaced by ``level`` of its channel's raw values at its row
-    (``lower``: by the smaller of the two, the tape's kept where ``level`` is NaN)."""
-    return _with_stream_levels(stream, tape, lambda x: [level(x[:, c]) for c in range(x.shape[1])], lower)
+    (``lower``: by the smaller of the two, the tape's kept where ``level`` is NaN; ``apart``: see
+    ``_with_channel_levels``)."""
+    return _with_stream_levels(stream, tape, lambda x: [level(x[:, c]) for c in range(x.shape[1])], lower, apart)
 
 
 def _with_stream_levels(
@@ -545,20 +546,13 @@ def seasonal(
         with np.errstate(invalid="ignore"):
             return np.where(plain <= above, plain, pick(plain, gain * _levels(x, span, lag=lag)))
 
-    if judge:
-        if not lower:
-            raise ValueError("seasonal judge=1 needs lower=1: a raised level judged but not learned is always news")
-
-        def judged(stream: Stream, tape: list) -> list:
-            return _with_stream_levels(stream, tape, lambda x: [level(x[:, c]) for c in range(x.shape[1])],
-                                       lower=True, apart=True)
-
-        return Prototype(_judged_apart, judged)
+    if judge and not lower:
+        raise ValueError("seasonal judge=1 needs lower=1: a raised level judged but not learned is always news")
 
     def rewrite(stream: Stream, tape: list) -> list:
-        return _with_levels(stream, tape, level)
+        return _with_levels(stream, tape, level, lower=bool(judge), apart=bool(judge))
 
-    return Prototype(_no_patches, rewrite)
+    return Prototype(_judged_apart if judge else _no_patches, rewrite)
 
 
 @contextmanager
