@@ -42,13 +42,19 @@ Prototypes (``KIND:key=value;...``, each key optional):
   its last ``span`` readings: far out only if far out against a longer stretch too, so a daily rise the last
   ``deviation_window`` readings had not seen stays small; with ``where`` 1 only where the window's earlier readings
   are all equal, with 2 only where their quartiles tie (a channel at rest between its stirs).
-- ``seasonal`` (``acf``, ``pmax``, ``lower``, ``gain``, ``judge``, ``above``): ``deviation``'s level is also the
+- ``seasonal`` (``acf``, ``pmax``, ``lower``, ``gain``, ``judge``, ``above``, ``trust``, ``loud``, ``ratio``,
+  ``need``, ``distrust``, ``skip``, ``lag``): ``deviation``'s level is also the
   reading's difference from the reading one period earlier, judged against the window of such differences, times
   ``gain``, where the plain level exceeds ``above`` (default: everywhere); the period is the first autocorrelation
   peak of at least ``acf`` (lags 4 to ``pmax``) in the stream's first 15 % (at least 200 readings). With ``lower`` 1
   the level is the smaller of the two: a reading far out against its window but like the same moment a period
   earlier (a beat's peak, a daily edge) is ordinary. With ``judge`` 1 as well, the smaller level is judged but the
-  plain one is learned, so the signal's statistics stay the committed ones.
+  plain one is learned, so the signal's statistics stay the committed ones. With ``trust`` a channel is lowered
+  only after at least ``need`` of its readings so far with a plain level of ``loud`` or more, and a share ``trust``
+  of them, had a seasonal level under ``ratio`` times the plain one: its loud readings have been foretold (with
+  ``distrust`` 1, only the other channels are lowered). With
+  ``skip`` (judged apart) a reading whose plain level reaches ``skip`` and was lowered is not learned; ``lag`` fixes
+  the lag instead of finding a period, on every channel.
 - ``shift`` (``k``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings against the window
   before them, times ``gain`` (default ``sqrt(k)``), for a sustained shift inside a noisy channel's spread.
 - ``mean-shift`` (``k``): ``deviation``'s level is also the mean of the last ``k`` readings against the means of
@@ -122,6 +128,7 @@ import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Iterator
 from unittest import mock
 
@@ -529,22 +536,42 @@ def context(span: int = 1024, where: int = 0) -> Prototype:
 
 
 def seasonal(
-    acf: float = 0.3, pmax: int = 1000, lower: float = 0, gain: float = 1.0, judge: float = 0, above: float = -math.inf
+    acf: float = 0.3, pmax: int = 1000, lower: float = 0, gain: float = 1.0, judge: float = 0, above: float = -math.inf,
+    trust: float = 0, loud: float = 4.0, ratio: float = 0.5, need: int = 5, skip: float = math.inf, lag: int = 0,
+    distrust: float = 0,
 ) -> Prototype:
     """``deviation``'s level is also the reading's against the one a period earlier, where the stream has a period;
     with ``lower``, only where it is both (the smaller of the two, the seasonal one times ``gain``, and only where the
     plain level exceeds ``above``); with ``judge`` as well, the smaller one is judged and the plain one learned
-    (``_judged_apart``)."""
+    (``_judged_apart``). With ``trust`` a channel is lowered only once it has earned it: of its readings so far whose
+    plain level reached ``loud``, at least ``need`` and a share ``trust`` had a seasonal level under ``ratio`` times
+    the plain one (the period earlier foretold them), so a channel whose loud readings are news is never lowered.
+    ``distrust`` lowers the other channels instead, those whose loud readings have not been foretold. ``skip``: see
+    ``_judged_apart``; ``lag``: this lag on every channel instead of a period found."""
     span = DetectorConfig().deviation_window
     pick = np.fmin if lower else np.fmax
 
-    def level(x: np.ndarray) -> np.ndarray:
-        lag = find_period([x[: max(probation(len(x)), 200)]], acf, int(pmax))
-        plain = _levels(x, span)
-        if not lag:
-            return plain
+    def trusted(plain: np.ndarray, season: np.ndarray) -> np.ndarray:
+        """Whether each reading's channel had, before it, enough loud readings foretold by the period earlier."""
         with np.errstate(invalid="ignore"):
-            return np.where(plain <= above, plain, pick(plain, gain * _levels(x, span, lag=lag)))
+            was_loud = plain >= loud
+            foretold = was_loud & (season < ratio * plain)
+        seen = np.concatenate([[0], np.cumsum(was_loud)[:-1]])
+        hits = np.concatenate([[0], np.cumsum(foretold)[:-1]])
+        return (hits >= need) & (hits >= trust * seen)
+
+    def level(x: np.ndarray) -> np.ndarray:
+        period = int(lag) or find_period([x[: max(probation(len(x)), 200)]], acf, int(pmax))
+        plain = _levels(x, span)
+        if not period:
+            return plain
+        season = _levels(x, span, lag=period)
+        with np.errstate(invalid="ignore"):
+            lowered = np.where(plain <= above, plain, pick(plain, gain * season))
+        if not trust:
+            return lowered
+        earned = trusted(plain, season)
+        return np.where(~earned if distrust else earned, lowered, plain)
 
     if judge and not lower:
         raise ValueError("seasonal judge=1 needs lower=1: a raised level judged but not learned is always news")
@@ -552,14 +579,16 @@ def seasonal(
     def rewrite(stream: Stream, tape: list) -> list:
         return _with_levels(stream, tape, level, lower=bool(judge), apart=bool(judge))
 
-    return Prototype(_judged_apart if judge else _no_patches, rewrite)
+    return Prototype(partial(_judged_apart, skip) if judge else _no_patches, rewrite)
 
 
 @contextmanager
-def _judged_apart() -> Iterator[None]:
+def _judged_apart(skip: float = math.inf) -> Iterator[None]:
     """``Detector.step`` for tapes whose ``deviation`` parts carry a third slot, a level to judge in place of the
     plain one (``_with_channel_levels``'s ``apart``): the plain parts fold and are learned as committed, and the
-    lane's surprise judges the third slot's level, folded against the same step record, instead."""
+    lane's surprise judges the third slot's level, folded against the same step record, instead. A lane whose plain
+    level reaches ``skip`` and whose judged one is lower learns no ``deviation`` this reading: a foretold loud
+    reading neither widens the statistics nor, lowered, narrows them."""
     step, fold = detector_module.Detector.step, detector_module.StepRecord.fold
 
     def on_step(
@@ -573,21 +602,33 @@ def _judged_apart() -> Iterator[None]:
         rows = np.asarray(lanes, dtype=np.int64)[valid]
         kept = self.steps.peak_[rows].copy(), self.steps.seen_[rows].copy()
         judged = np.full((len(valid), self.channels), np.nan)
+        plain = np.full((len(valid), self.channels), np.nan)
         judged[valid] = fold(self.steps, rows, deviation[valid][:, [2, 1]])
-        self.steps.peak_[rows], self.steps.seen_[rows] = kept  # the plain parts record the steps, once
+        self.steps.peak_[rows], self.steps.seen_[rows] = kept
+        plain[valid] = fold(self.steps, rows, deviation[valid][:, :2])
+        self.steps.peak_[rows], self.steps.seen_[rows] = kept  # the step itself records the steps, once
         column = self.config.signals.index("deviation")
-        surprise = self.stats.surprise
+        lane_judged, lane_plain = np.fmax.reduce(judged, axis=1), np.fmax.reduce(plain, axis=1)
+        with np.errstate(invalid="ignore"):
+            skipped = set(np.asarray(lanes, dtype=np.int64)[(lane_plain >= skip) & (lane_judged < lane_plain)].tolist())
+        surprise, learn = self.stats.surprise, self.stats.learn
 
         def on_surprise(idx: np.ndarray, x: np.ndarray) -> np.ndarray:
             x = x.copy()
-            x[:, column] = np.fmax.reduce(judged, axis=1)  # a lane's worst channel, as the step takes it
+            x[:, column] = lane_judged  # a lane's worst channel, as the step takes it
             return surprise(idx, x)
 
-        self.stats.surprise = on_surprise
+        def on_learn(idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
+            if skipped:
+                x = x.copy()
+                x[np.isin(idx, list(skipped)), column] = np.nan
+            learn(idx, x, baseline)
+
+        self.stats.surprise, self.stats.learn = on_surprise, on_learn
         try:
             return step(self, stream_idx, lanes, lane_of, distance, z, deviation[:, :2], repeat)
         finally:
-            del self.stats.surprise
+            del self.stats.surprise, self.stats.learn
 
     with mock.patch.object(detector_module.Detector, "step", on_step):
         yield

@@ -165,6 +165,28 @@ def test_seasonal_lower_quiets_an_edge_that_recurs_each_period_not_a_spike_and_n
     assert above[896] == lower[896]
 
 
+def test_seasonal_trust_lowers_a_channel_only_once_the_period_has_foretold_its_loud_readings(tmp_path):
+    rng = np.random.default_rng(4)
+    t = np.arange(1200)
+    values = (3.0 * (t % 60 >= 56) + rng.normal(0, 0.05, len(t)))[:, None]  # a 4-reading pulse every 60
+    plain, lower = _plain_and(tmp_path, values, [], "seasonal:acf=0.3;lower=1;gain=2")
+    _, trusted = _plain_and(tmp_path, values, [], "seasonal:acf=0.3;lower=1;gain=2;trust=0.5;need=5")
+    _, others = _plain_and(tmp_path, values, [], "seasonal:acf=0.3;lower=1;gain=2;trust=0.5;need=5;distrust=1")
+    # the first pulse a period earlier can explain: the pulse before it was loud and unforetold, so the channel has
+    # not earned the lower level yet; from the third pulse's second reading on (five foretold of nine) it has
+    early, late = 116, 896
+    assert plain[early] > 20 and lower[early] < 0.1 * plain[early]
+    assert trusted[early] == plain[early] and others[early] == lower[early]
+    assert trusted[late] == lower[late] < 0.1 * plain[late] and others[late] == plain[late]
+    seen = np.isfinite(plain)
+    lowered = seen & (lower < plain)
+    # every reading takes one of the two levels, and each form lowers where the other does not
+    np.testing.assert_array_equal(np.where(trusted[lowered] == lower[lowered], 0, 1) + np.where(
+        others[lowered] == lower[lowered], 0, 1), np.ones(lowered.sum(), dtype=int))
+    _, fixed = _plain_and(tmp_path, values, [], "seasonal:lag=60;lower=1;gain=2")
+    np.testing.assert_array_equal(fixed[seen], lower[seen])  # the period found is the pulse's 60
+
+
 def test_seasonal_judged_apart_learns_the_plain_level_and_judges_the_lowered_one_only_while_patched(tmp_path):
     engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
     stream = _stream()  # a cycle of 60 readings
@@ -183,6 +205,13 @@ def test_seasonal_judged_apart_learns_the_plain_level_and_judges_the_lowered_one
     # the statistics are the plain run's, so a lowered level only ever lowers the score (the gate decides alike: no
     # alert on this stream either way)
     assert (lowered[seen] <= plain[seen] + 1e-12).all() and (lowered[seen] < plain[seen] - 1e-3).mean() > 0.1
+    # skip: a lowered reading is not learned, so the statistics move; with nothing lowered nothing is skipped
+    skipping = prototypes.parse("seasonal:acf=0.3;lower=1;judge=1;skip=0")
+    with skipping.patches():
+        (same, _), = replay([unlowered], config, engine.card.detector_prior, rows)
+        (skipped, _), = replay([skipping.rewrite(stream, tape)], config, engine.card.detector_prior, rows)
+    np.testing.assert_array_equal(same, plain)
+    assert not np.allclose(skipped[seen], lowered[seen])
 
 
 def test_context_at_rest_lowers_only_a_stir_of_a_channel_at_rest_that_its_longer_stretch_has_seen(tmp_path):
