@@ -52,9 +52,9 @@ Prototypes (``KIND:key=value;...``, each key optional):
   plain one is learned, so the signal's statistics stay the committed ones. With ``trust`` a channel is lowered
   only after at least ``need`` of its readings so far with a plain level of ``loud`` or more, and a share ``trust``
   of them, had a seasonal level under ``ratio`` times the plain one: its loud readings have been foretold (with
-  ``distrust`` 1, only the other channels are lowered). With
-  ``skip`` (judged apart) a reading whose plain level reaches ``skip`` and was lowered is not learned; ``lag`` fixes
-  the lag instead of finding a period, on every channel.
+  ``distrust`` 1, only the other channels are lowered). With ``skip`` (judged apart) a reading whose plain level
+  reaches ``skip`` and was lowered is not learned; ``lag`` fixes the lag instead of finding a period, on every
+  channel.
 - ``shift`` (``k``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings against the window
   before them, times ``gain`` (default ``sqrt(k)``), for a sustained shift inside a noisy channel's spread.
 - ``mean-shift`` (``k``): ``deviation``'s level is also the mean of the last ``k`` readings against the means of
@@ -602,15 +602,18 @@ def _judged_apart(skip: float = math.inf) -> Iterator[None]:
         rows = np.asarray(lanes, dtype=np.int64)[valid]
         kept = self.steps.peak_[rows].copy(), self.steps.seen_[rows].copy()
         judged = np.full((len(valid), self.channels), np.nan)
-        plain = np.full((len(valid), self.channels), np.nan)
         judged[valid] = fold(self.steps, rows, deviation[valid][:, [2, 1]])
-        self.steps.peak_[rows], self.steps.seen_[rows] = kept
-        plain[valid] = fold(self.steps, rows, deviation[valid][:, :2])
         self.steps.peak_[rows], self.steps.seen_[rows] = kept  # the step itself records the steps, once
         column = self.config.signals.index("deviation")
-        lane_judged, lane_plain = np.fmax.reduce(judged, axis=1), np.fmax.reduce(plain, axis=1)
-        with np.errstate(invalid="ignore"):
-            skipped = set(np.asarray(lanes, dtype=np.int64)[(lane_plain >= skip) & (lane_judged < lane_plain)].tolist())
+        lane_judged, skipped = np.fmax.reduce(judged, axis=1), set()
+        if math.isfinite(skip):
+            plain = np.full((len(valid), self.channels), np.nan)
+            plain[valid] = fold(self.steps, rows, deviation[valid][:, :2])
+            self.steps.peak_[rows], self.steps.seen_[rows] = kept
+            lane_plain = np.fmax.reduce(plain, axis=1)
+            with np.errstate(invalid="ignore"):
+                lowered = (lane_plain >= skip) & (lane_judged < lane_plain)
+            skipped = set(np.asarray(lanes, dtype=np.int64)[lowered].tolist())
         surprise, learn = self.stats.surprise, self.stats.learn
 
         def on_surprise(idx: np.ndarray, x: np.ndarray) -> np.ndarray:
