@@ -145,7 +145,7 @@ from trep_edge.runtime.core.preprocess import robust_location_scale
 from trep_edge.runtime.core.stream_state import StreamState
 from trep_edge.training.evaluation.detection_corpus import Stream
 from trep_edge.training.evaluation.detection_metrics import probation
-from trep_edge.training.period import find_period
+from trep_edge.runtime.core.seasonal import find_period
 
 
 @dataclass
@@ -594,21 +594,22 @@ def _judged_apart(skip: float = math.inf) -> Iterator[None]:
     def on_step(
         self: detector_module.Detector, stream_idx: np.ndarray, lanes: np.ndarray, lane_of: np.ndarray,
         distance: np.ndarray, z: np.ndarray, deviation: np.ndarray | None = None, repeat: np.ndarray | None = None,
+        reading: np.ndarray | None = None,
     ) -> detector_module.DetectorStep:
         if deviation is None or np.shape(deviation)[1] == 2 or "deviation" not in self.config.signals:
-            return step(self, stream_idx, lanes, lane_of, distance, z, deviation, repeat)
+            return step(self, stream_idx, lanes, lane_of, distance, z, deviation, repeat, reading)
         deviation = np.asarray(deviation, dtype=np.float64)
         valid = np.isfinite(np.asarray(distance, dtype=np.float64))
         rows = np.asarray(lanes, dtype=np.int64)[valid]
         kept = self.steps.peak_[rows].copy(), self.steps.seen_[rows].copy()
         judged = np.full((len(valid), self.channels), np.nan)
-        judged[valid] = fold(self.steps, rows, deviation[valid][:, [2, 1]])
+        judged[valid] = fold(self.steps, rows, deviation[valid][:, [2, 1]])[0]
         self.steps.peak_[rows], self.steps.seen_[rows] = kept  # the step itself records the steps, once
         column = self.config.signals.index("deviation")
         lane_judged, skipped = np.fmax.reduce(judged, axis=1), set()
         if math.isfinite(skip):
             plain = np.full((len(valid), self.channels), np.nan)
-            plain[valid] = fold(self.steps, rows, deviation[valid][:, :2])
+            plain[valid] = fold(self.steps, rows, deviation[valid][:, :2])[0]
             self.steps.peak_[rows], self.steps.seen_[rows] = kept
             lane_plain = np.fmax.reduce(plain, axis=1)
             with np.errstate(invalid="ignore"):
@@ -629,7 +630,7 @@ def _judged_apart(skip: float = math.inf) -> Iterator[None]:
 
         self.stats.surprise, self.stats.learn = on_surprise, on_learn
         try:
-            return step(self, stream_idx, lanes, lane_of, distance, z, deviation[:, :2], repeat)
+            return step(self, stream_idx, lanes, lane_of, distance, z, deviation[:, :2], repeat, reading)
         finally:
             del self.stats.surprise, self.stats.learn
 

@@ -49,7 +49,7 @@ from trep_edge.training.evaluation import detection
 from trep_edge.training.evaluation.detection import Output, markdown, summarise_groups
 from trep_edge.training.evaluation.detection_corpus import Stream, corpus
 
-TAPE_VERSION = b"3"  # bump when the tape's layout changes
+TAPE_VERSION = b"4"  # bump when the tape's layout changes
 INPUT_SETTINGS = ("scale_warmup", "scale_adapt", "deviation_window")
 CORE = Path(detector_module.__file__).parent
 
@@ -62,9 +62,9 @@ def _digest(*parts: bytes) -> str:
 def tape_code() -> bytes:
     """What a tape depends on besides the model and the data (read once per run): the runtime core's code, less the
     detector's decisions. ``detector.py`` counts by ``window_deviation`` alone (the monitor computes that input with
-    it), so a change to how the detector judges its inputs reuses the tapes and a change to how they are made captures
-    anew."""
-    files = sorted(p for p in CORE.glob("*.py") if p.name != "detector.py")
+    it) and ``seasonal.py`` not at all (it judges the readings the tape holds), so a change to how the detector judges
+    its inputs reuses the tapes and a change to how they are made captures anew."""
+    files = sorted(p for p in CORE.glob("*.py") if p.name not in ("detector.py", "seasonal.py"))
     return b"".join(p.read_bytes() for p in files) + inspect.getsource(detector_module.window_deviation).encode()
 
 
@@ -88,10 +88,10 @@ def recording(tape: list) -> Iterator[None]:
         tape.append(("reset", np.array(streams), np.array(lanes)))
         reset(self, streams, lanes)
 
-    def on_step(self, stream_idx, lanes, lane_of, distance, z, deviation=None, repeat=None):
+    def on_step(self, stream_idx, lanes, lane_of, distance, z, deviation=None, repeat=None, reading=None):
         tape.append(("step", *(np.array(a) for a in (stream_idx, lanes, lane_of, distance, z)),
-                     *(None if a is None else np.array(a) for a in (deviation, repeat))))  # fmt: skip
-        return step(self, stream_idx, lanes, lane_of, distance, z, deviation, repeat)
+                     *(None if a is None else np.array(a) for a in (deviation, repeat, reading))))  # fmt: skip
+        return step(self, stream_idx, lanes, lane_of, distance, z, deviation, repeat, reading)
 
     def on_round(self, batch, rows, *args):
         # detect_recording stamps row t at t periods, so a step's index is its row; -1: no reading in it.
@@ -170,11 +170,11 @@ def replay(tapes: list[list], config: DetectorConfig, card_prior: dict | None, r
         active = [i for i, mine in enumerate(steps) if k < len(mine)]
         parts, placed = [], 0
         for i in active:
-            resets, (stream_idx, lanes, lane_of, distance, z, deviation, repeat), row = steps[i][k]
+            resets, (stream_idx, lanes, lane_of, distance, z, deviation, repeat, reading), row = steps[i][k]
             for r_streams, r_lanes in resets:
                 detector.reset(r_streams + stream_at[i], r_lanes + lane_at[i])
             parts.append((stream_idx + stream_at[i], lanes + lane_at[i], lane_of + placed, distance, z, deviation,
-                          repeat))  # fmt: skip
+                          repeat, reading))  # fmt: skip
             placed += len(stream_idx)
         out = detector.step(*(np.concatenate(column) for column in zip(*parts)))
         placed = 0

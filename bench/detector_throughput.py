@@ -4,8 +4,9 @@
 vectorised call per tick for all streams. This script times that call the way the daemon makes it: S streams of
 one lane each, one reading per stream per tick, the general model's representation size, inputs drawn like the
 real signals (log-normal distances, Gaussian representations, half-normal deviation levels and steps, with rare
-large values so that the alert path and the memory writes it now makes are exercised). Every variant sees the same
-inputs.
+large values so that the alert path and the memory writes it now makes are exercised), and readings on a cycle of
+24 so that the seasonal floor finds it and works once ``seasonal_after`` readings have passed (``--warm`` should
+cover them). Every variant sees the same inputs.
 
     python bench/detector_throughput.py --variants 'previous:memory_alerts=0' --out bench/results/detector_throughput.md
 """
@@ -22,10 +23,11 @@ from trep_edge.runtime.core.detector import Detector, DetectorConfig
 DIMS = 64  # models/general.onnx's representation size
 
 
-def inputs(streams: int, ticks: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def inputs(streams: int, ticks: int, seed: int = 3) -> tuple[np.ndarray, ...]:
     """Per tick and stream: distance ``[T, S]``, representation ``[T, S, DIMS]``, deviation parts
-    ``[T, S, 2, 1]`` (``window_deviation``: level and step of one channel) and repeats ``[T, S, 1]``
-    (``window_repeats``: a reading equal to the one before, as a quantised channel holds its value)."""
+    ``[T, S, 2, 1]`` (``window_deviation``: level and step of one channel), repeats ``[T, S, 1]``
+    (``window_repeats``: a reading equal to the one before, as a quantised channel holds its value) and readings
+    ``[T, S, 1]`` (a noisy cycle of 24)."""
     rng = np.random.default_rng(seed)
     distance = rng.lognormal(0.0, 0.5, (ticks, streams))
     z = rng.normal(size=(ticks, streams, DIMS)).astype(np.float32)
@@ -35,12 +37,13 @@ def inputs(streams: int, ticks: int, seed: int = 3) -> tuple[np.ndarray, np.ndar
     deviation[rare] += 25.0
     z[rare] += 6.0
     repeat = (rng.random((ticks, streams, 1)) < 0.2).astype(np.float64)
-    return distance, z, deviation, repeat
+    reading = np.sin(2 * np.pi * np.arange(ticks) / 24)[:, None, None] + rng.normal(0, 0.2, (ticks, streams, 1))
+    return distance, z, deviation, repeat, reading
 
 
 def readings_per_second(config: DetectorConfig, streams: int, warm: int, timed: int) -> tuple[float, int]:
     """Readings per second of ``Detector.step`` over the ``timed`` ticks after ``warm`` untimed ones, and the alerts."""
-    distance, z, deviation, repeat = inputs(streams, warm + timed)
+    distance, z, deviation, repeat, reading = inputs(streams, warm + timed)
     detector = Detector(config, DIMS)
     detector.add(streams, streams)
     every = np.arange(streams)
@@ -48,7 +51,7 @@ def readings_per_second(config: DetectorConfig, streams: int, warm: int, timed: 
     for t in range(warm + timed):
         if t == warm:
             start = time.perf_counter()
-        out = detector.step(every, every, every, distance[t], z[t], deviation[t], repeat[t])
+        out = detector.step(every, every, every, distance[t], z[t], deviation[t], repeat[t], reading[t])
         alerts += int(out.alert.sum()) if t >= warm else 0
     return streams * timed / (time.perf_counter() - start), alerts
 
@@ -57,7 +60,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", default="1,100,1000", help="stream counts (comma-separated)")
     parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
-    parser.add_argument("--warm", type=int, default=300, help="untimed ticks first (warm-up, memory filling)")
+    parser.add_argument("--warm", type=int, default=800, help="untimed ticks first (warm-up, memory filling, cycles "
+                        "found)")
     parser.add_argument("--ticks", type=int, default=300, help="timed ticks")
     parser.add_argument("--out", help="write the table (Markdown) here too")
     args = parser.parse_args()

@@ -35,7 +35,7 @@ from trep_edge.runtime.core.detector import DetectorConfig
 def join_tapes(first: list, second: list) -> list:
     """One stream's two tapes (the same readings through two models of one shape) as an ensemble's tape: the
     ``init`` of a representation twice as wide, each step's mean ``distance`` and both representations side by
-    side; resets, rows and the reading-only inputs (``deviation``, repeats) from ``first``."""
+    side; resets, rows and the reading-only inputs (``deviation``, repeats, readings) from ``first``."""
     if len(first) != len(second):
         raise ValueError(f"tapes of {len(first)} and {len(second)} calls: not the same readings")
     out = []
@@ -47,11 +47,11 @@ def join_tapes(first: list, second: list) -> list:
                 raise ValueError(f"models of {a[2]} and {b[2]} channels")
             out.append(("init", a[1] + b[1], a[2]))
         elif a[0] == "step":
-            _, streams, lanes, lane_of, distance, z, deviation, repeat = a
+            _, streams, lanes, lane_of, distance, z, *readings = a  # deviation, repeats, readings
             width = len(lanes)
             joined = np.concatenate([np.asarray(z).reshape(width, -1), np.asarray(b[5]).reshape(width, -1)], axis=1)
             out.append(("step", streams, lanes, lane_of, (np.asarray(distance) + np.asarray(b[4])) / 2, joined,
-                        deviation, repeat))  # fmt: skip
+                        *readings))  # fmt: skip
         else:
             out.append(a)
     return out

@@ -719,7 +719,7 @@ def test_a_recurring_step_stops_counting_and_a_record_one_counts_until_the_span_
     lane = rows(0)
 
     def fold(level, step):
-        return record.fold(lane, np.array([[[level], [step]]]))[0, 0]
+        return record.fold(lane, np.array([[[level], [step]]]))[0][0, 0]
 
     assert fold(1.0, 9.0) == 1.0  # a lane's first step has nothing to beat
     for _ in range(15):

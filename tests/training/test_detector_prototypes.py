@@ -191,7 +191,8 @@ def test_seasonal_judged_apart_learns_the_plain_level_and_judges_the_lowered_one
     engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
     stream = _stream()  # a cycle of 60 readings
     tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
-    config, rows = DetectorConfig(), [len(stream.values)]
+    # The prototype of the committed seasonal floor, measured against a detector without it.
+    config, rows = DetectorConfig(seasonal_gain=0), [len(stream.values)]
     (plain, _), = replay([tape], config, engine.card.detector_prior, rows)
     step = prototypes.detector_module.Detector.step
     prototype = prototypes.parse("seasonal:acf=0.3;lower=1;judge=1")

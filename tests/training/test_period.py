@@ -7,7 +7,8 @@ import pytest
 from trep_edge.cli import main
 from trep_edge.runtime.core.model_card import ModelCardError
 from trep_edge.runtime.core.time_index import parse_time_index, time_index
-from trep_edge.training.period import auto_time_index, find_period
+from trep_edge.runtime.core.seasonal import find_period
+from trep_edge.training.period import auto_time_index
 from trep_edge.training.trainer import read_checkpoint
 
 TINY = ["--iterations", "2", "--depth", "2", "--hidden-dims", "8", "--repr-dims", "4", "--no-progress"]

@@ -55,6 +55,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from trep_edge.runtime.core.preprocess import robust_location_scale
+from trep_edge.runtime.core.seasonal import MIN_LAG as MIN_CYCLE
+from trep_edge.runtime.core.seasonal import SeasonalRecord
 from trep_edge.runtime.core.stream_state import StreamState
 
 SIGNALS = ("distance", "novelty", "deviation")
@@ -240,6 +242,18 @@ class DetectorConfig:
             model), but what a reading is measured against should not depend on which model a stream has: 128
             scores per-stream models 10 points higher than their whole 201 (docs/detection.md, the
             deviation-window round).
+        seasonal_gain: ``deviation`` is judged no larger than this times the reading's *seasonal level* (its
+            difference from the reading a cycle earlier, against the window of such differences) on channels with a
+            cycle, and learned plain (``seasonal.SeasonalRecord``); 0 = never (also whenever ``deviation_window`` is
+            0). A beat's peak or a daily edge lies far out against the window but not against a cycle earlier.
+        seasonal_after: readings since a lane's start or reset in which its channels' cycles are found (the longest
+            cycle looked for is half of it); the floor starts after them.
+        seasonal_trust, seasonal_loud, seasonal_ratio, seasonal_need: a channel is judged plainly once its cycle has
+            foretold ``seasonal_need`` and a share ``seasonal_trust`` of its loud readings (a plain level of
+            ``seasonal_loud`` or more whose seasonal level was under ``seasonal_ratio`` times it). On such channels,
+            periodic carriers whose cycles differ, the floor lost faults on streams of several faults; kept where the
+            cycle has not foretold the loud readings it gains at committed alerts on every per-stream corpus, on two
+            training seeds (docs/detection.md, the seasonal-trust and seasonal-runtime rounds).
     """
 
     signals: tuple[str, ...] = SIGNALS
@@ -281,6 +295,12 @@ class DetectorConfig:
     stuck_history: int = 1000
     schedule: int = 2
     schedule_tol: float = 0.002
+    seasonal_gain: float = 1.414
+    seasonal_after: int = 750
+    seasonal_trust: float = 0.3
+    seasonal_loud: float = 4.0
+    seasonal_ratio: float = 0.5
+    seasonal_need: int = 5
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
@@ -297,11 +317,11 @@ class DetectorConfig:
         if self.tail_dof < 0 or self.tail_dof % 2:
             raise ValueError(f"detector tail_dof must be even and >= 2, or 0 for the Gaussian tail, got {self.tail_dof}")
         for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn", "peaks",
-                     "quiet_after", "stuck_history", "schedule"):
+                     "quiet_after", "stuck_history", "schedule", "seasonal_need"):
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
         for name in ("record_decay", "peak_decay", "budget", "budget_cost", "quiet", "quiet_margin", "stuck",
-                     "schedule_tol", "escalate"):
+                     "schedule_tol", "escalate", "seasonal_gain", "seasonal_trust", "seasonal_loud", "seasonal_ratio"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be finite and >= 0, got {getattr(self, name)}")
         if math.isnan(self.record_cap) or self.record_cap <= 0:
@@ -316,6 +336,9 @@ class DetectorConfig:
         if not 0 <= self.redundancy <= 1:
             raise ValueError(f"detector redundancy must be a correlation in [0, 1] (1 = Fisher's method always), got "
                              f"{self.redundancy}")
+        if self.seasonal_after < 2 * MIN_CYCLE + 2:
+            raise ValueError(f"detector seasonal_after must be >= {2 * MIN_CYCLE + 2} readings (cycles of "
+                             f"{MIN_CYCLE} or more are looked for in them), got {self.seasonal_after}")
         if self.step_span < STEP_BLOCKS:
             raise ValueError(f"detector step_span must be >= {STEP_BLOCKS} readings, got {self.step_span}")
 
@@ -685,9 +708,12 @@ class StepRecord(StreamState):
     def _config(self) -> dict[str, Any]:
         return {"channels": self.channels, "span": self.span, "ratio": self.ratio}
 
-    def fold(self, idx: np.ndarray, parts: np.ndarray) -> np.ndarray:
+    def fold(
+        self, idx: np.ndarray, parts: np.ndarray, judged: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Each selected lane's channels' ``deviation`` ``[n, C]`` from its ``window_deviation`` parts ``[n, 2, C]``
-        (``fold_step`` against this record), then record their steps."""
+        (``fold_step`` against this record), and the same with the levels ``judged`` ``[n, C]`` in place of the parts'
+        (the first again when None: ``SeasonalRecord``'s floor); then record their steps, once."""
         if parts.shape[1:] != (2, self.channels):
             raise ValueError(f"deviation parts have shape {parts.shape}, expected [n, 2, {self.channels}]")
         peak = self.peak_[idx]
@@ -697,6 +723,7 @@ class StepRecord(StreamState):
             has = np.isfinite(record)
             bar[has] = self.ratio * record[has]
         out = fold_step(parts, bar)
+        other = out if judged is None else fold_step(np.stack([judged, parts[:, 1]], axis=1), bar)
         seen = self.seen_[idx]
         slot = (seen // self.block) % STEP_BLOCKS
         rows = np.arange(len(idx))
@@ -706,7 +733,7 @@ class StepRecord(StreamState):
         peak[rows, :, slot] = np.fmax(peak[rows, :, slot], parts[:, 1])
         self.peak_[idx] = peak
         self.seen_[idx] = seen + 1
-        return out
+        return out, other
 
 
 class StuckRecord(StreamState):
@@ -1108,6 +1135,7 @@ class Detector:
         self.memory = RepresentationMemory(dims, c.memory, c.stride, c.exclusion)
         self.steps = StepRecord(channels, c.step_span, c.step_record)
         self.stuck = StuckRecord(channels, c.stuck_history)
+        self.seasons = SeasonalRecord(channels, c.deviation_window, c.seasonal_after if self.seasonal else 0)
         self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior, c.tail_dof)
         # A prior stands for that many readings of the stream's own warm-up, never for its first min_warmup.
         warmup = c.min_count if prior is None else max(c.min_count - prior.count, min(c.min_warmup, c.min_count))
@@ -1116,8 +1144,13 @@ class Detector:
                               c.quiet_margin, c.quiet_after, c.min_count, c.stuck, c.schedule,
                               c.schedule_tol, c.record_held, c.escalate)  # fmt: skip
 
+    @property
+    def seasonal(self) -> bool:
+        """Whether ``deviation`` has a seasonal floor (``DetectorConfig.seasonal_gain``)."""
+        return self.config.seasonal_gain > 0 and self.config.deviation_window > 0 and "deviation" in self.config.signals
+
     def _lane_parts(self) -> tuple[StreamState, ...]:
-        return (self.memory, self.stats, self.steps, self.stuck)
+        return (self.memory, self.stats, self.steps, self.stuck, self.seasons)
 
     def add(self, streams: int, lanes: int) -> None:
         """Append fresh streams and lanes (numbered after the existing ones)."""
@@ -1146,13 +1179,15 @@ class Detector:
         z: np.ndarray,
         deviation: np.ndarray | None = None,
         repeat: np.ndarray | None = None,
+        reading: np.ndarray | None = None,
     ) -> DetectorStep:
         """Score, decide and learn one reading per selected stream.
 
         ``lanes [m]`` are the lane rows with a value this reading, ``lane_of [m]`` the position in ``stream_idx`` of
         each one's stream, ``distance [m]`` their paper distances (NaN = unscorable), ``z [m, F]`` their unmasked
-        last-step representations, ``deviation [m, 2, C]`` their ``window_deviation`` and ``repeat [m, C]`` their
-        ``window_repeats`` (None: not available).
+        last-step representations, ``deviation [m, 2, C]`` their ``window_deviation``, ``repeat [m, C]`` their
+        ``window_repeats`` and ``reading [m, C]`` their windows' last readings, missing ones NaN (None: not available;
+        without readings there is no seasonal floor). Every step of a lane, scorable or not, brings its reading.
         """
         idx = self.gate._rows(stream_idx)
         lanes = np.asarray(lanes, dtype=np.int64)
@@ -1162,9 +1197,19 @@ class Detector:
         z = np.asarray(z, dtype=np.float32).reshape(m, self.dims)
         valid = np.isfinite(distance)
         channel_deviation = np.full((m, self.channels), np.nan)
+        judged_deviation = channel_deviation  # what is judged: the plain deviation, or its seasonal floor
+        seasonal = self._seasonal_levels(lanes, reading)
         if deviation is not None and "deviation" in self.config.signals:
             parts = np.asarray(deviation, dtype=np.float64).reshape(m, 2, self.channels)
-            channel_deviation[valid] = self.steps.fold(lanes[valid], parts[valid])
+            c = self.config
+            floor = None if seasonal is None else self.seasons.judged(
+                lanes, parts[:, 0], seasonal, c.seasonal_gain, c.seasonal_trust, c.seasonal_loud, c.seasonal_ratio,
+                c.seasonal_need)[valid]  # fmt: skip
+            plain, judged = self.steps.fold(lanes[valid], parts[valid], floor)
+            channel_deviation[valid] = plain
+            if floor is not None:
+                judged_deviation = np.full((m, self.channels), np.nan)
+                judged_deviation[valid] = judged
         columns = []
         for name in self.config.signals:
             if name == "distance":
@@ -1173,8 +1218,12 @@ class Detector:
                 columns.append(np.where(valid, self.memory.novelty(lanes, z), np.nan))
             else:
                 columns.append(np.fmax.reduce(channel_deviation, axis=1))  # a lane's worst channel
-        signals = transform_signals(np.stack(columns, axis=1), self.config.signals)  # [m, K]
-        lane_score = self.combine(lanes, self.stats.surprise(lanes, signals))
+        signals = transform_signals(np.stack(columns, axis=1), self.config.signals)  # [m, K], learned
+        judged_signals = signals  # [m, K], judged
+        if judged_deviation is not channel_deviation:
+            columns[self.config.signals.index("deviation")] = np.fmax.reduce(judged_deviation, axis=1)
+            judged_signals = transform_signals(np.stack(columns, axis=1), self.config.signals)
+        lane_score = self.combine(lanes, self.stats.surprise(lanes, judged_signals))
         per_lane = 1 if self.config.combine == "fisher" else len(columns)
         # Per stream: the best lane, corrected for the number of tests made (lanes with a value, × signals for max).
         tests = np.bincount(lane_of, weights=valid.astype(np.float64), minlength=n) * per_lane
@@ -1203,8 +1252,18 @@ class Detector:
         self.memory.remember(lanes[remembered], z[remembered])
         total = np.fmax(score, stuck)  # a stuck run's surprise holds its episode open while the run lasts
         held = np.where(alert, total, np.fmin(total, np.nextafter(self.config.threshold, -np.inf)))
-        return DetectorStep(np.where(warming, np.nan, held), total, alert, warming, winner, lane_score, signals,
-                            channel_deviation, frozen)  # fmt: skip
+        return DetectorStep(np.where(warming, np.nan, held), total, alert, warming, winner, lane_score,
+                            judged_signals, judged_deviation, frozen)  # fmt: skip
+
+    def _seasonal_levels(self, lanes: np.ndarray, reading: np.ndarray | None) -> np.ndarray | None:
+        """Write the lanes' readings to the seasonal record and return their channels' seasonal levels ``[m, C]``
+        (NaN: no cycle, or too few differences yet); None without a floor or without readings."""
+        if not self.seasonal or reading is None:
+            return None
+        rows, channels, differences = self.seasons.push(lanes, reading)
+        levels = np.full((len(lanes), self.channels), np.nan)
+        levels[rows, channels] = window_deviation(differences[:, :, None])[:, 0, 0]
+        return levels
 
     def combine(self, lanes: np.ndarray, surprise: np.ndarray) -> np.ndarray:
         """One surprise per lane from its signal surprises ``[m, K]`` (``DetectorConfig.combine``): Fisher's method,
@@ -1234,6 +1293,7 @@ class Detector:
         new.stats.pairs_[:], new.stats.comoment_[:] = 0, 0.0
         new.steps = new.steps.with_arrays(self.steps.state_dict())
         new.stuck = new.stuck.with_arrays(self.stuck.state_dict())
+        new.seasons = new.seasons.with_arrays(self.seasons.state_dict())
         new.memory.add_streams(new.stats.n_streams)
         return new
 
@@ -1269,11 +1329,11 @@ class Detector:
 
     def _parts(self) -> tuple[tuple[str, StreamState], ...]:
         return (("memory", self.memory), ("stats", self.stats), ("gate", self.gate), ("steps", self.steps),
-                ("stuck", self.stuck))
+                ("stuck", self.stuck), ("seasons", self.seasons))
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Every part's state as one flat dict of arrays (``memory/``, ``stats/``, ``gate/``, ``steps/``, ``stuck/``
-        prefixes)."""
+        """Every part's state as one flat dict of arrays (``memory/``, ``stats/``, ``gate/``, ``steps/``, ``stuck/``,
+        ``seasons/`` prefixes)."""
         state: dict[str, np.ndarray] = {}
         for prefix, part in self._parts():
             state.update({f"{prefix}/{k}": v for k, v in part.state_dict().items()})
@@ -1284,10 +1344,10 @@ class Detector:
 
         Each part keeps this detector's configuration: a state saved before a setting existed (an earlier version's
         checkpoint) has no value for it, and its arrays for the setting start fresh; a state saved before the step
-        record or the stuck record gives every lane a fresh one."""
+        record, the stuck record or the seasonal record gives every lane a fresh one."""
         for prefix, part in self._parts():
             sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
-            if prefix in ("steps", "stuck") and not sub:
+            if prefix in ("steps", "stuck", "seasons") and not sub:
                 setattr(self, prefix, type(part)(**part._config(), n_streams=self.stats.n_streams))
             else:
                 setattr(self, prefix, part.with_arrays(sub))

@@ -288,7 +288,8 @@ class Monitor:
             ("monitor/streams", self._stream_rows, "stream", 1), ("monitor/lanes", self._lane_rows, "lane", 1),
             ("detector/gate", self._detector.gate, "stream", 1), ("detector/memory", self._detector.memory, "lane", 1),
             ("detector/stats", self._detector.stats, "lane", 1), ("detector/steps", self._detector.steps, "lane", 1),
-            ("detector/stuck", self._detector.stuck, "lane", 1), ("tracker", self._tracker, "stream", 1),
+            ("detector/stuck", self._detector.stuck, "lane", 1), ("detector/seasons", self._detector.seasons, "lane", 1),
+            ("tracker", self._tracker, "stream", 1),
         ]  # fmt: skip
         if self._scaler is not None:
             holders.append(("scaler", self._scaler, "lane", self.engine.card.input_dims))
@@ -509,7 +510,8 @@ class Monitor:
         reset = batch.reset[rows]
         if reset.any():
             self._detector.reset(np.unique(streams[lane_of[reset]]), lanes[reset])
-        out = self._detector.step(streams, lanes, lane_of, raw, z, deviation, repeat)
+        # Each row's prepared reading: the value its window ends on (NaN = missing), for the seasonal record.
+        out = self._detector.step(streams, lanes, lane_of, raw, z, deviation, repeat, batch.prepared[rows])
         self._counters["scored"] += int(np.isfinite(out.score).sum())
         self._counters["detections"] += int(out.alert.sum())
         threshold = self.detector_config.threshold

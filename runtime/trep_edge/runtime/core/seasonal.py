@@ -1,0 +1,140 @@
+"""A channel's cycle, and ``deviation``'s seasonal floor: a reading judged against the one a cycle earlier.
+
+A cycle's normal edges (a beat's peak, a daily rise) lie far out against the last ``deviation_window`` readings but
+near the same moment one cycle earlier. ``SeasonalRecord`` keeps each lane's recent readings per channel, finds the
+channel's cycle in its first ``DetectorConfig.seasonal_after`` readings (``find_period``) and measures each later
+reading's *seasonal level*: its difference from the reading a cycle earlier, against the window of such differences
+(``detector.window_deviation``). The detector judges ``deviation`` no larger than ``seasonal_gain`` times that level
+and learns the plain one (``Detector.step``), so the signal's statistics stay what they were.
+
+The floor holds only on channels whose loud readings the cycle has not foretold: of a channel's readings so far
+whose plain level reached ``seasonal_loud``, once at least ``seasonal_need`` and a share ``seasonal_trust`` had a
+seasonal level under ``seasonal_ratio`` times the plain one, the channel is judged plainly again. Lowered on such
+channels (ETT-like carriers whose days differ), faults were lost on streams of several faults; measured per-stream,
+the floor where the cycle has not foretold the loud readings gains at committed alerts on every corpus
+(docs/detection.md, the seasonal-trust and seasonal-floor rounds).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from trep_edge.runtime.core.stream_state import StreamState
+
+MIN_READINGS = 64
+"""Finite readings a series needs before its autocorrelation is read."""
+
+MIN_LAG = 4
+"""The shortest cycle looked for, as the detector prototypes that search for cycles always did (docs/detection.md)."""
+
+CYCLE_ACF = 0.3
+"""The least autocorrelation a cycle of a channel needs for its seasonal floor (``find_period``'s ``acf``)."""
+
+
+def autocorrelation(x: np.ndarray) -> np.ndarray | None:
+    """The normalised autocorrelation of ``x``'s finite readings at lags 0 … n − 1 (None: too few, or constant).
+
+    Missing readings are dropped, not filled: the lags of a series with gaps are then counts of readings, not time.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if len(x) < MIN_READINGS or not np.std(x):
+        return None
+    x = x - x.mean()
+    spectrum = np.fft.rfft(x, 2 * len(x))  # zero-padded to twice the length: the linear, not circular, correlation
+    ac = np.fft.irfft(spectrum * np.conj(spectrum))[: len(x)]
+    return ac / ac[0]
+
+
+def find_period(series: Sequence[np.ndarray], acf: float = 0.3, pmax: int = 1000) -> int:
+    """The lag of the highest local peak (first found on ties) of the series' mean autocorrelation, if it reaches
+    ``acf``; 0 when none does (or no series has enough readings).
+
+    Args:
+        series: 1-D series (channels, or series of one channel); their autocorrelations are averaged up to the
+            shortest one's length.
+        acf: the least autocorrelation a peak needs to count as a cycle.
+        pmax: the longest cycle looked for (and at most half the shortest series).
+    """
+    curves = [c for c in (autocorrelation(s) for s in series) if c is not None]
+    if not curves:
+        return 0
+    n = min(len(c) for c in curves)
+    ac = np.mean([c[:n] for c in curves], axis=0)
+    best, lag = acf, 0
+    for p in range(MIN_LAG, min(pmax, n // 2)):
+        if ac[p] > best and ac[p] >= ac[p - 1] and ac[p] >= ac[p + 1]:
+            best, lag = ac[p], p
+    return lag
+
+
+class SeasonalRecord(StreamState):
+    """Each lane's recent readings per channel, their cycle, and how often it foretold their loud readings.
+
+    A lane's first ``after`` readings since its last reset find each channel's cycle (at most ``after // 2 − 1``
+    readings; ``after`` 0 keeps nothing); a ring of ``size`` readings then holds the ``span`` differences from a cycle earlier that a seasonal
+    level needs. State: ``ring_`` ``[S, C, size]`` (NaN = none yet), ``seen_`` ``[S]`` (readings written),
+    ``period_`` ``[S, C]`` (0 = none, or not looked for yet), ``loud_`` and ``foretold_`` ``[S, C]`` (counts).
+    """
+
+    def __init__(self, channels: int = 1, span: int = 128, after: int = 750, n_streams: int = 0) -> None:
+        self.channels, self.span, self.after = int(channels), int(span), int(after)
+        # The first ``after`` readings, and the longest cycle (after // 2 − 1) with a window of differences behind it;
+        # none when ``after`` is 0 (no floor: the detector never pushes).
+        self.size = max(self.after, self.after // 2 - 1 + self.span) if self.after else 0
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        c = self.channels
+        return {"ring_": np.full((n, c, self.size), np.nan, dtype=np.float32), "seen_": np.zeros(n, dtype=np.int64),
+                "period_": np.zeros((n, c), dtype=np.int64), "loud_": np.zeros((n, c), dtype=np.int64),
+                "foretold_": np.zeros((n, c), dtype=np.int64)}  # fmt: skip
+
+    def _config(self) -> dict[str, Any]:
+        return {"channels": self.channels, "span": self.span, "after": self.after}
+
+    def push(self, idx: np.ndarray, reading: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Write each selected lane's reading ``[m, C]`` (NaN = missing); return, for its channels with a cycle, their
+        positions (``rows`` into ``idx``, ``channels``) and each one's last ``span`` differences from a cycle earlier
+        ``[k, span]``, oldest first (NaN before the lane's first reading), whose last value's level is the seasonal
+        one (``detector.window_deviation``)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        reading = np.asarray(reading, dtype=np.float32).reshape(len(idx), self.channels)
+        seen = self.seen_[idx]
+        self.ring_[idx, :, seen % self.size] = reading
+        self.seen_[idx] = seen + 1
+        for lane in idx[seen + 1 == self.after].tolist():  # the first ``after`` readings sit at ring slots 0 … after − 1
+            history = self.ring_[lane, :, : self.after]
+            self.period_[lane] = [find_period([h], CYCLE_ACF, self.after) for h in history]
+        rows, channels = np.nonzero(self.period_[idx] > 0)
+        # Readings t − span + 1 … t and one cycle before each; a slot before the lane's first reading is NaN, as the
+        # ring holds fewer than ``size`` readings then (period + span <= size).
+        t = seen[rows][:, None] - np.arange(self.span)[::-1]
+        back = t - self.period_[idx[rows], channels][:, None]
+        lanes, ch = idx[rows][:, None], channels[:, None]
+        differences = self.ring_[lanes, ch, t % self.size].astype(np.float64) - self.ring_[lanes, ch, back % self.size]
+        return rows, channels, differences
+
+    def judged(
+        self, idx: np.ndarray, plain: np.ndarray, seasonal: np.ndarray, gain: float, trust: float, loud: float,
+        ratio: float, need: int,
+    ) -> np.ndarray:
+        """The level to judge ``[m, C]`` given the selected lanes' plain and seasonal levels ``[m, C]``: the smaller of the
+        plain one and ``gain`` times the seasonal one on channels with a cycle that has not yet foretold ``need``
+        and a share ``trust`` of their loud readings (plain level >= ``loud``), else the plain one; then count this
+        reading where it has a seasonal level (loud, and foretold: seasonal level under ``ratio`` times the plain
+        one)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        hits, seen = self.foretold_[idx], self.loud_[idx]
+        trusted = (hits >= need) & (hits >= trust * seen)
+        floor = (self.period_[idx] > 0) & ~trusted
+        with np.errstate(invalid="ignore"):
+            out = np.where(floor & np.isfinite(seasonal), np.minimum(plain, gain * seasonal), plain)
+            # Only readings a cycle could have foretold count: before the cycle is known, every loud one would count
+            # against it, and the floor would hold on periodic carriers whose loud readings it does foretell.
+            was_loud = (plain >= loud) & np.isfinite(seasonal)
+            self.loud_[idx] = seen + was_loud
+            self.foretold_[idx] = hits + (was_loud & (seasonal < ratio * plain))
+        return out
+

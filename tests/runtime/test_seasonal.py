@@ -1,0 +1,156 @@
+"""The seasonal floor of ``deviation``: a channel's cycle, the seasonal level, and where the floor holds."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+from trep_edge.runtime.core.detector import Detector, DetectorConfig, window_deviation
+from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.runtime.core.seasonal import SeasonalRecord
+
+from round_trips import json_round_trip, npz_round_trip
+
+PERIOD = 24
+
+
+def _pulses(n: int, seed: int = 0) -> np.ndarray:
+    """Noise with a pulse of 10 every ``PERIOD`` readings."""
+    x = np.random.default_rng(seed).normal(0.0, 0.3, n)
+    x[::PERIOD] += 10.0
+    return x
+
+
+def _levels(record: SeasonalRecord, x: np.ndarray) -> np.ndarray:
+    """The seasonal level of each reading of one channel pushed into lane 0 of ``record``."""
+    out = np.full(len(x), np.nan)
+    for t, value in enumerate(x):
+        rows, _, differences = record.push(np.array([0]), np.array([[value]]))
+        if len(rows):
+            out[t] = window_deviation(differences[:, :, None])[0, 0, 0]
+    return out
+
+
+def test_a_cycle_is_found_in_the_first_readings_and_a_pulse_that_recurs_reads_small_against_a_cycle_earlier():
+    x = _pulses(600)
+    x[500] += 10.0  # a spike between two pulses (500 % 24 = 20)
+    record = SeasonalRecord(channels=1, span=128, after=200, n_streams=1)
+    levels = _levels(record, x)
+    assert record.period_[0, 0] == PERIOD
+    assert np.isnan(levels[:199]).all()  # no cycle until the 200th reading
+    pulse = 504
+    plain = window_deviation(x[None, pulse - 127 : pulse + 1, None])[0, 0, 0]
+    assert plain > 10 and levels[pulse] < 3  # far out against the window, ordinary against a cycle earlier
+    assert levels[500] > 10  # the spike is news either way
+
+
+def test_a_channel_without_a_cycle_has_no_seasonal_level_and_a_reset_looks_again():
+    record = SeasonalRecord(channels=2, span=64, after=100, n_streams=1)
+    noise = np.random.default_rng(1).normal(size=100)
+    for t in range(100):
+        record.push(np.array([0]), np.array([[_pulses(100)[t], noise[t]]]))
+    assert record.period_[0].tolist() == [PERIOD, 0]
+    record.reset_streams(np.array([0]))
+    assert record.period_[0].tolist() == [0, 0] and np.isnan(record.ring_).all()
+
+
+def test_the_floor_holds_until_the_cycle_has_foretold_enough_of_the_loud_readings_and_returns_when_they_are_news():
+    record = SeasonalRecord(channels=2, span=32, after=40, n_streams=1)
+    record.period_[0] = [PERIOD, 0]  # channel 1 has no cycle: always judged plain
+
+    def judge(plain: float, seasonal: float) -> list[float]:
+        level = record.judged(np.array([0]), np.array([[plain, plain]]), np.array([[seasonal, seasonal]]),
+                              gain=1.5, trust=0.3, loud=4.0, ratio=0.5, need=2)  # fmt: skip
+        return level[0].tolist()
+
+    for _ in range(5):  # loud readings before the cycle is known: judged plain, and counted neither way
+        assert judge(6.0, np.nan) == [6.0, 6.0]
+    assert record.loud_[0].tolist() == [0, 0]
+    assert judge(6.0, 1.0) == [1.5, 6.0]  # no foretold loud reading yet: floored
+    assert judge(6.0, 1.0) == [1.5, 6.0]  # one (need 2)
+    assert judge(6.0, 1.0) == [6.0, 6.0]  # two of two: the cycle foretells this channel's loud readings
+    assert judge(3.0, 1.0) == [3.0, 3.0]  # a quiet reading counts for neither
+    for _ in range(8):  # loud readings the cycle did not foretell: before each, 3 foretold of 3 … 10, at least 0.3
+        assert judge(6.0, 6.0)[0] == 6.0
+    assert judge(6.0, 1.0) == [1.5, 6.0]  # 3 of 11 < 0.3 before this reading: floored again
+    assert judge(6.0, np.nan) == [6.0, 6.0]  # no seasonal level: plain
+    assert np.isnan(judge(np.nan, 1.0)).all()  # no plain level: none
+
+
+def _inputs(n: int = 400, seed: int = 3):
+    """One lane of one channel: pulses every ``PERIOD`` readings and their deviation parts over the last 32."""
+    x = _pulses(n, seed)
+    x[300] += 12.0
+    rng = np.random.default_rng(seed)
+    distance = rng.lognormal(size=n)
+    z = rng.normal(size=(n, 4))
+    deviation = np.full((n, 2, 1), np.nan)
+    for t in range(17, n):
+        deviation[t] = window_deviation(x[None, max(0, t - 31) : t + 1, None])[0]
+    return x, distance, z, deviation
+
+
+def _run(detector: Detector, x, distance, z, deviation):
+    one = np.array([0])
+    out = []
+    for t in range(len(x)):
+        step = detector.step(one, one, one, distance[t : t + 1], z[t : t + 1], deviation[t : t + 1], None,
+                             x[t : t + 1, None])  # fmt: skip
+        out.append((float(step.score[0]), bool(step.alert[0]), float(step.deviation[0, 0])))
+    return out
+
+
+CONFIG = DetectorConfig(deviation_window=32, seasonal_after=100, min_count=20, prior_weight=0, threshold=3.0,
+                        refractory=10)  # fmt: skip
+
+
+@pytest.mark.parametrize("round_trip", [npz_round_trip, json_round_trip])
+def test_a_save_and_restore_mid_stream_equals_an_uninterrupted_run_with_the_floor(round_trip):
+    inputs = _inputs()
+
+    def fresh(config: DetectorConfig = CONFIG) -> Detector:
+        detector = Detector(config, dims=4)
+        detector.add(streams=1, lanes=1)
+        return detector
+
+    expected = _run(fresh(), *inputs)
+    first = fresh()
+    got = _run(first, *(a[:250] for a in inputs))
+    restored = fresh()
+    restored.load_state(round_trip(first.state_dict()))
+    got += _run(restored, *(a[250:] for a in inputs))
+    np.testing.assert_array_equal(np.array(got), np.array(expected))  # NaN where warming, in both
+    # The floor is at work across the restore: the cycle is found at reading 100, the pulses from 120 on are judged
+    # lower than without it until five of them have been foretold (216), and plainly after.
+    plain = _run(fresh(CONFIG.with_overrides("seasonal_gain=0")), *inputs)
+    assert all(expected[t][2] < plain[t][2] / 5 for t in range(120, 217, PERIOD))
+    assert all(expected[t][2] == plain[t][2] for t in range(240, 400, PERIOD))
+
+
+def test_the_floor_is_judged_but_the_plain_deviation_is_learned():
+    inputs = _inputs()
+    floored, plain = (Detector(config, dims=4) for config in (CONFIG.with_overrides("threshold=50"),
+                                                              CONFIG.with_overrides("threshold=50;seasonal_gain=0")))
+    for detector in (floored, plain):
+        detector.add(streams=1, lanes=1)
+    a, b = _run(floored, *inputs), _run(plain, *inputs)
+    assert sum(x[0] < y[0] for x, y in zip(a, b)) > 5  # pulses score lower under the floor
+    for key, value in plain.stats.state_dict().items():  # nothing alerts: both learned the same values
+        np.testing.assert_array_equal(floored.stats.state_dict()[key], value)
+    assert floored.seasons.period_[0, 0] == PERIOD and plain.seasons.ring_.shape[2] == 0
+
+
+def test_the_monitor_brings_each_reading_to_the_floor_which_starts_after_the_first_seasonal_after_readings():
+    # A daily pulse whose size varies: loud readings its cycle mostly does not foretell, so the floor holds.
+    rng = np.random.default_rng(5)
+    n, period = 1200, 48
+    x = rng.normal(0.0, 0.3, n)
+    x[::period] += rng.uniform(4.0, 12.0, len(x[::period]))
+    engine = load_engine(Path(__file__).resolve().parents[2] / "models" / "general.onnx", "cpu")
+    config = DetectorConfig(seasonal_after=400)
+    floored = detect_recording(engine, x[:, None], config)
+    plain = detect_recording(engine, x[:, None], config.with_overrides("seasonal_gain=0"))
+    # The same surprise until the cycle is found at the 400th reading (row 399); afterwards the pulses read lower
+    # (without the readings from the monitor there would be no floor and every row would be equal).
+    np.testing.assert_array_equal(floored.surprise[:399], plain.surprise[:399])
+    pulses = np.arange(432, n, period)
+    assert (floored.surprise[pulses] < plain.surprise[pulses]).mean() > 0.5
