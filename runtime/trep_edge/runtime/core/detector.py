@@ -248,12 +248,16 @@ class DetectorConfig:
             0). A beat's peak or a daily edge lies far out against the window but not against a cycle earlier.
         seasonal_after: readings since a lane's start or reset in which its channels' cycles are found (the longest
             cycle looked for is half of it); the floor starts after them.
-        seasonal_trust, seasonal_loud, seasonal_ratio, seasonal_need: a channel is judged plainly once its cycle has
-            foretold ``seasonal_need`` and a share ``seasonal_trust`` of its loud readings (a plain level of
-            ``seasonal_loud`` or more whose seasonal level was under ``seasonal_ratio`` times it). On such channels,
-            periodic carriers whose cycles differ, the floor lost faults on streams of several faults; kept where the
-            cycle has not foretold the loud readings it gains at committed alerts on every per-stream corpus, on two
-            training seeds (docs/detection.md, the seasonal-trust and seasonal-runtime rounds).
+        seasonal_trust: a channel is judged plainly once its cycle has foretold ``seasonal_need`` and this share of
+            its loud readings. On such channels, periodic carriers whose cycles differ, the floor lost faults on
+            streams of several faults; kept where the cycle has not foretold the loud readings it gains at committed
+            alerts on every per-stream corpus as a prototype (two training seeds), and in this form on the quick
+            corpus, every category (docs/detection.md, the seasonal-trust and seasonal-runtime rounds).
+        seasonal_loud: the plain level from which a reading is loud, and counts for or against its channel's cycle
+            (only once the channel has a seasonal level).
+        seasonal_ratio: a loud reading was foretold when its seasonal level was under this times its plain one.
+        seasonal_need: foretold loud readings a channel needs, besides the share ``seasonal_trust``, before it is
+            judged plainly.
     """
 
     signals: tuple[str, ...] = SIGNALS

@@ -73,9 +73,10 @@ class SeasonalRecord(StreamState):
     """Each lane's recent readings per channel, their cycle, and how often it foretold their loud readings.
 
     A lane's first ``after`` readings since its last reset find each channel's cycle (at most ``after // 2 − 1``
-    readings; ``after`` 0 keeps nothing); a ring of ``size`` readings then holds the ``span`` differences from a cycle earlier that a seasonal
-    level needs. State: ``ring_`` ``[S, C, size]`` (NaN = none yet), ``seen_`` ``[S]`` (readings written),
-    ``period_`` ``[S, C]`` (0 = none, or not looked for yet), ``loud_`` and ``foretold_`` ``[S, C]`` (counts).
+    readings; ``after`` 0 keeps nothing); a ring of ``size`` readings then holds the ``span`` differences from a
+    cycle earlier that a seasonal level needs. State: ``ring_`` ``[S, C, size]`` (NaN = none yet), ``seen_`` ``[S]``
+    (readings written), ``period_`` ``[S, C]`` (0 = none, or not looked for yet), ``loud_`` and ``foretold_``
+    ``[S, C]`` (counts).
     """
 
     def __init__(self, channels: int = 1, span: int = 128, after: int = 750, n_streams: int = 0) -> None:
@@ -104,7 +105,8 @@ class SeasonalRecord(StreamState):
         seen = self.seen_[idx]
         self.ring_[idx, :, seen % self.size] = reading
         self.seen_[idx] = seen + 1
-        for lane in idx[seen + 1 == self.after].tolist():  # the first ``after`` readings sit at ring slots 0 … after − 1
+        # The first ``after`` readings sit at ring slots 0 … after − 1.
+        for lane in idx[seen + 1 == self.after].tolist():
             history = self.ring_[lane, :, : self.after]
             self.period_[lane] = [find_period([h], CYCLE_ACF, self.after) for h in history]
         rows, channels = np.nonzero(self.period_[idx] > 0)
@@ -120,8 +122,8 @@ class SeasonalRecord(StreamState):
         self, idx: np.ndarray, plain: np.ndarray, seasonal: np.ndarray, gain: float, trust: float, loud: float,
         ratio: float, need: int,
     ) -> np.ndarray:
-        """The level to judge ``[m, C]`` given the selected lanes' plain and seasonal levels ``[m, C]``: the smaller of the
-        plain one and ``gain`` times the seasonal one on channels with a cycle that has not yet foretold ``need``
+        """The level to judge ``[m, C]`` given the selected lanes' plain and seasonal levels ``[m, C]``: the smaller of
+        the plain one and ``gain`` times the seasonal one on channels with a cycle that has not yet foretold ``need``
         and a share ``trust`` of their loud readings (plain level >= ``loud``), else the plain one; then count this
         reading where it has a seasonal level (loud, and foretold: seasonal level under ``ratio`` times the plain
         one)."""
