@@ -103,15 +103,15 @@ CONFIG = DetectorConfig(deviation_window=32, seasonal_after=100, min_count=20, p
                         refractory=10)  # fmt: skip
 
 
+def fresh(config: DetectorConfig = CONFIG) -> Detector:
+    detector = Detector(config, dims=4)
+    detector.add(streams=1, lanes=1)
+    return detector
+
+
 @pytest.mark.parametrize("round_trip", [npz_round_trip, json_round_trip])
 def test_a_save_and_restore_mid_stream_equals_an_uninterrupted_run_with_the_floor(round_trip):
     inputs = _inputs()
-
-    def fresh(config: DetectorConfig = CONFIG) -> Detector:
-        detector = Detector(config, dims=4)
-        detector.add(streams=1, lanes=1)
-        return detector
-
     expected = _run(fresh(), *inputs)
     first = fresh()
     got = _run(first, *(a[:250] for a in inputs))
@@ -124,6 +124,23 @@ def test_a_save_and_restore_mid_stream_equals_an_uninterrupted_run_with_the_floo
     plain = _run(fresh(CONFIG.with_overrides("seasonal_gain=0")), *inputs)
     assert all(expected[t][2] < plain[t][2] / 5 for t in range(120, 217, PERIOD))
     assert all(expected[t][2] == plain[t][2] for t in range(240, 400, PERIOD))
+
+
+def test_a_trusted_channel_s_seasonal_level_is_read_only_where_it_counts_and_every_score_is_unchanged(monkeypatch):
+    inputs = _inputs()
+    unused, skipped = SeasonalRecord.unused, []
+
+    def counted(self, *args):
+        out = unused(self, *args)
+        skipped.append(int(out.sum()))
+        return out
+
+    monkeypatch.setattr(SeasonalRecord, "unused", counted)
+    spared = _run(fresh(), *inputs)
+    # Trusted after reading 216: its readings after that are skipped but for the loud ones (the pulses, the spike).
+    assert 150 < sum(skipped) < 400 - 216
+    monkeypatch.setattr(SeasonalRecord, "unused", lambda self, idx, plain, *args: np.zeros(plain.shape, dtype=bool))
+    np.testing.assert_array_equal(np.array(spared), np.array(_run(fresh(), *inputs)))
 
 
 def test_the_floor_is_judged_but_the_plain_deviation_is_learned():

@@ -1202,10 +1202,12 @@ class Detector:
         valid = np.isfinite(distance)
         channel_deviation = np.full((m, self.channels), np.nan)
         judged_deviation = channel_deviation  # what is judged: the plain deviation, or its seasonal floor
-        seasonal = self._seasonal_levels(lanes, reading)
-        if deviation is not None and "deviation" in self.config.signals:
+        c = self.config
+        parts = None
+        if deviation is not None and "deviation" in c.signals:
             parts = np.asarray(deviation, dtype=np.float64).reshape(m, 2, self.channels)
-            c = self.config
+        seasonal = self._seasonal_levels(lanes, reading, None if parts is None else parts[:, 0])
+        if parts is not None:
             floor = None if seasonal is None else self.seasons.judged(
                 lanes, parts[:, 0], seasonal, c.seasonal_gain, c.seasonal_trust, c.seasonal_loud, c.seasonal_ratio,
                 c.seasonal_need)[valid]  # fmt: skip
@@ -1259,12 +1261,19 @@ class Detector:
         return DetectorStep(np.where(warming, np.nan, held), total, alert, warming, winner, lane_score,
                             judged_signals, judged_deviation, frozen)  # fmt: skip
 
-    def _seasonal_levels(self, lanes: np.ndarray, reading: np.ndarray | None) -> np.ndarray | None:
+    def _seasonal_levels(
+        self, lanes: np.ndarray, reading: np.ndarray | None, plain: np.ndarray | None,
+    ) -> np.ndarray | None:
         """Write the lanes' readings to the seasonal record and return their channels' seasonal levels ``[m, C]``
-        (NaN: no cycle, or too few differences yet); None without a floor or without readings."""
+        (NaN: no cycle, too few differences yet, or not read given the plain levels ``[m, C]``:
+        ``SeasonalRecord.unused``); None without a floor or without readings."""
         if not self.seasonal or reading is None:
             return None
-        rows, channels, differences = self.seasons.push(lanes, reading)
+        c = self.config
+        # Without plain levels nothing is judged: the readings are only written.
+        skip = np.ones((len(lanes), self.channels), dtype=bool) if plain is None else self.seasons.unused(
+            lanes, plain, c.seasonal_trust, c.seasonal_loud, c.seasonal_need)  # fmt: skip
+        rows, channels, differences = self.seasons.push(lanes, reading, skip)
         levels = np.full((len(lanes), self.channels), np.nan)
         levels[rows, channels] = window_deviation(differences[:, :, None])[:, 0, 0]
         return levels

@@ -95,11 +95,14 @@ class SeasonalRecord(StreamState):
     def _config(self) -> dict[str, Any]:
         return {"channels": self.channels, "span": self.span, "after": self.after}
 
-    def push(self, idx: np.ndarray, reading: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Write each selected lane's reading ``[m, C]`` (NaN = missing); return, for its channels with a cycle, their
-        positions (``rows`` into ``idx``, ``channels``) and each one's last ``span`` differences from a cycle earlier
-        ``[k, span]``, oldest first (NaN before the lane's first reading), whose last value's level is the seasonal
-        one (``detector.window_deviation``)."""
+    def push(
+        self, idx: np.ndarray, reading: np.ndarray, skip: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Write each selected lane's reading ``[m, C]`` (NaN = missing); return, for its channels with a cycle and
+        not marked in ``skip`` ``[m, C]`` (their seasonal level is not needed: ``unused``), their positions (``rows``
+        into ``idx``, ``channels``) and each one's last ``span`` differences from a cycle earlier ``[k, span]``, oldest
+        first (NaN before the lane's first reading), whose last value's level is the seasonal one
+        (``detector.window_deviation``)."""
         idx = np.asarray(idx, dtype=np.int64)
         reading = np.asarray(reading, dtype=np.float32).reshape(len(idx), self.channels)
         seen = self.seen_[idx]
@@ -109,7 +112,7 @@ class SeasonalRecord(StreamState):
         for lane in idx[seen + 1 == self.after].tolist():
             history = self.ring_[lane, :, : self.after]
             self.period_[lane] = [find_period([h], CYCLE_ACF, self.after) for h in history]
-        rows, channels = np.nonzero(self.period_[idx] > 0)
+        rows, channels = np.nonzero((self.period_[idx] > 0) & (True if skip is None else ~skip))
         # Readings t − span + 1 … t and one cycle before each; a slot before the lane's first reading is NaN, as the
         # ring holds fewer than ``size`` readings then (period + span <= size).
         t = seen[rows][:, None] - np.arange(self.span)[::-1]
@@ -129,8 +132,7 @@ class SeasonalRecord(StreamState):
         one)."""
         idx = np.asarray(idx, dtype=np.int64)
         hits, seen = self.foretold_[idx], self.loud_[idx]
-        trusted = (hits >= need) & (hits >= trust * seen)
-        floor = (self.period_[idx] > 0) & ~trusted
+        floor = (self.period_[idx] > 0) & ~self._trusted(idx, trust, need)
         with np.errstate(invalid="ignore"):
             out = np.where(floor & np.isfinite(seasonal), np.minimum(plain, gain * seasonal), plain)
             # Only readings a cycle could have foretold count: before the cycle is known, every loud one would count
@@ -140,3 +142,15 @@ class SeasonalRecord(StreamState):
             self.foretold_[idx] = hits + (was_loud & (seasonal < ratio * plain))
         return out
 
+    def unused(self, idx: np.ndarray, plain: np.ndarray, trust: float, loud: float, need: int) -> np.ndarray:
+        """The selected lanes' channels ``[m, C]`` whose seasonal level ``judged`` would not read given their plain
+        levels ``[m, C]``: a trusted channel's (``judged``: its floor is off) on a reading that is not loud (it does
+        not count). A periodic carrier is mostly trusted, so ``push`` spares its differences on most readings."""
+        with np.errstate(invalid="ignore"):
+            return self._trusted(np.asarray(idx, dtype=np.int64), trust, need) & ~(plain >= loud)
+
+    def _trusted(self, idx: np.ndarray, trust: float, need: int) -> np.ndarray:
+        """The selected lanes' channels ``[m, C]`` whose cycle has foretold ``need`` and a share ``trust`` of their
+        loud readings."""
+        hits = self.foretold_[idx]
+        return (hits >= need) & (hits >= trust * self.loud_[idx])
