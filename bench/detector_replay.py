@@ -224,6 +224,7 @@ def chosen_peers(args: argparse.Namespace, parser: argparse.ArgumentParser) -> t
     unknown = sorted(set(peers) - set(PEERS))
     if unknown:
         parser.error(f"unknown peers {unknown}: choose from {', '.join(PEERS)}")
+    detection.require_peers(peers)
     return peers, [f"--peers '{args.peers}'"] * (args.peers != ",".join(PEERS))
 
 

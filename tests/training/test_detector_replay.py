@@ -104,7 +104,8 @@ def test_categories_keep_only_the_named_streams_and_are_echoed_runnable(tmp_path
         replay_bench.Bench.load(parser.parse_args([*flags, *per_stream]), [one, three])
 
 
-def test_peers_are_chosen_by_name_and_an_unknown_one_is_refused():
+def test_peers_are_chosen_by_name_and_an_unknown_one_is_refused(monkeypatch):
+    monkeypatch.setattr(replay_bench.detection, "PEER_PACKAGES", {})  # as if [bench] were installed
     parser = argparse.ArgumentParser()
     replay_bench.add_peers_argument(parser)
     peers, flags = replay_bench.chosen_peers(parser.parse_args([]), parser)
@@ -114,6 +115,17 @@ def test_peers_are_chosen_by_name_and_an_unknown_one_is_refused():
     assert replay_bench.chosen_peers(parser.parse_args(["--peers", ""]), parser)[0] == []
     with pytest.raises(SystemExit):
         replay_bench.chosen_peers(parser.parse_args(["--peers", "rolling_z,oracle"]), parser)
+
+
+def test_a_peer_whose_bench_package_is_missing_is_refused_before_any_work_in_one_line(monkeypatch, capsys):
+    missing = {"river"}
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in missing else real(name, *a))
+    parser = argparse.ArgumentParser()
+    replay_bench.add_peers_argument(parser)
+    with pytest.raises(SystemExit, match=r"the hst peer needs River: pip install 'trep-edge\[bench\]'"):
+        replay_bench.chosen_peers(parser.parse_args(["--peers", "rolling_z,hst"]), parser)
+    assert replay_bench.chosen_peers(parser.parse_args(["--peers", "rolling_z"]), parser)[0] == ["rolling_z"]
 
 
 def test_step_rows_follow_the_row_before_each_step():

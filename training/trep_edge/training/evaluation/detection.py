@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import math
 import time
@@ -45,6 +46,16 @@ from trep_edge.training.evaluation.detection_corpus import Stream, corpus
 
 Output = tuple[np.ndarray, np.ndarray]  # score [T], committed alerts [T]
 PEERS = ("rolling_z", "hst", "stumpi", "paper")
+PEER_PACKAGES = {"hst": ("river", "River"), "stumpi": ("stumpy", "stumpy")}  # peer: (module, name) of [bench]
+
+
+def require_peers(peers: list[str]) -> None:
+    """Refuse peers whose ``[bench]`` package is missing, in one line naming the extra; called before any work, so
+    that a run does not die at its peers after its detectors' hour."""
+    for peer in peers:
+        module, name = PEER_PACKAGES.get(peer, (None, None))
+        if module and importlib.util.find_spec(module) is None:
+            raise SystemExit(f"the {peer} peer needs {name}: pip install 'trep-edge[bench]'")
 CACHE_VERSION = b"5"  # bump when detect_recording's output changes for the same model, settings and data
 
 
@@ -61,10 +72,8 @@ def rolling_z(stream: Stream, window: int = 100, level: float = 4.0) -> Output:
 
 def hst(stream: Stream) -> Output:
     """River's HalfSpaceTrees on min-max scaled readings (score before learning each one)."""
-    try:
-        from river import anomaly, compose, preprocessing
-    except ImportError:
-        raise SystemExit("the hst peer needs River: pip install 'trep-edge[bench]'") from None
+    require_peers(["hst"])
+    from river import anomaly, compose, preprocessing
     model = compose.Pipeline(preprocessing.MinMaxScaler(), anomaly.HalfSpaceTrees(seed=0))
     score = np.full(len(stream.values), np.nan)
     for t, row in enumerate(stream.values):
@@ -77,10 +86,8 @@ def hst(stream: Stream) -> Output:
 
 def stumpi(stream: Stream, m: int = 32) -> Output:
     """Causal matrix-profile discord distance of each new subsequence, largest over channels."""
-    try:
-        import stumpy
-    except ImportError:
-        raise SystemExit("the stumpi peer needs stumpy: pip install 'trep-edge[bench]'") from None
+    require_peers(["stumpi"])
+    import stumpy
     t_len, channels = stream.values.shape
     score = np.full(t_len, np.nan)
     start = max(4 * m, 1)
@@ -209,6 +216,7 @@ def run(args: argparse.Namespace) -> dict:
                 detectors[label] = lambda s, c=config, m=models: _trep_per_stream(s, c, m, detections)
                 scope[label], notes[label] = ps.CATEGORIES, note
     chosen = [p for p in (PEERS if args.peers is None else args.peers.split(",")) if p]
+    require_peers(chosen)
     peers = {"rolling_z": rolling_z, "hst": hst, "stumpi": stumpi,
              "paper": lambda s: paper(detections.get(_engine_for(s, general, icu), s)["raw"])}  # fmt: skip
     detectors.update({p: peers[p] for p in chosen})
