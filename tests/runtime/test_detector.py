@@ -91,6 +91,28 @@ def test_student_tail_far_out_is_finite_monotone_continuous_and_grows_like_dof_l
         DetectorConfig(tail_dof=5)
 
 
+def test_a_stream_scores_the_same_to_the_last_bit_whatever_streams_share_its_tick():
+    # The daemon steps every stream of a tick in one call; `trep-edge score` steps one. A BLAS product in the t tail
+    # summed a row by its place in the batch, so a stream's scores moved in their last bits with its neighbours.
+    rng = np.random.default_rng(7)
+    streams, ticks = 257, 120
+    distance = rng.lognormal(0.0, 1.0, (ticks, streams))
+    z = rng.normal(size=(ticks, streams, 4))
+    deviation = np.abs(rng.standard_t(2, size=(ticks, streams, 2, 1)))
+    reading = rng.normal(size=(ticks, streams, 1))
+    config = DetectorConfig(min_count=10, prior_weight=0)
+    together, alone = Detector(config, dims=4), Detector(config, dims=4)
+    together.add(streams=streams, lanes=streams)
+    alone.add(streams=1, lanes=1)
+    every, one = np.arange(streams), rows(0)
+    got, want = [], []
+    for t in range(ticks):
+        got.append(together.step(every, every, every, distance[t], z[t], deviation[t], None, reading[t]).score[0])
+        want.append(alone.step(one, one, one, distance[t, :1], z[t, :1], deviation[t, :1], None, reading[t, :1]).score[0])
+    assert np.isfinite(want).sum() > 50
+    np.testing.assert_array_equal(got, want)
+
+
 def test_student_tail_raises_fewer_alerts_on_a_heavy_tailed_stream_than_the_gaussian_one():
     # The signals are heavy-tailed; a Gaussian tail turns their ordinary outliers into p = 1e-10 events.
     rng = np.random.default_rng(3)

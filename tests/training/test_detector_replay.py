@@ -117,10 +117,9 @@ def test_peers_are_chosen_by_name_and_an_unknown_one_is_refused(monkeypatch):
         replay_bench.chosen_peers(parser.parse_args(["--peers", "rolling_z,oracle"]), parser)
 
 
-def test_a_peer_whose_bench_package_is_missing_is_refused_before_any_work_in_one_line(monkeypatch, capsys):
-    missing = {"river"}
+def test_a_peer_whose_bench_package_is_missing_is_refused_before_any_work_in_one_line(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in missing else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "river" else real(name, *a))
     parser = argparse.ArgumentParser()
     replay_bench.add_peers_argument(parser)
     with pytest.raises(SystemExit, match=r"the hst peer needs River: pip install 'trep-edge\[bench\]'"):

@@ -490,9 +490,11 @@ def _t_series_coefficients(dof: int) -> np.ndarray:
 
 
 def _power_series(x: np.ndarray, coef: np.ndarray) -> np.ndarray:
-    """``Σ_j coef_j x^j`` elementwise, as one power table and one matrix product: numpy's ``polyval`` loops over the
-    coefficients in Python, and the upper tail's 60-odd terms made it most of a reading's detector time."""
-    return np.power(x[:, None], np.arange(len(coef))) @ coef
+    """``Σ_j coef_j x^j`` elementwise, as one power table summed row by row: numpy's ``polyval`` loops over the
+    coefficients in Python, and the upper tail's 60-odd terms made it most of a reading's detector time. ``einsum``
+    (unoptimised: its own loop) sums each row in one order; a matrix product's BLAS kernel sums a row by its place
+    in the batch, so a stream's score changed in its last bits with the other streams of a daemon's tick."""
+    return np.einsum("ij,j->i", np.power(x[:, None], np.arange(len(coef))), coef)
 
 
 def student_upper_tail_surprise(z: np.ndarray, dof: int) -> np.ndarray:
