@@ -593,14 +593,18 @@ def log_upper_gamma(a: np.ndarray, z: np.ndarray) -> np.ndarray:
             b = zh + 1 - ah
             d = 1 / b
             c, h = np.full(ah.shape, 1 / tiny), d.copy()
+            # Each value stops at its own convergence: run on until the slowest of a batch, a value's h took more
+            # factors of about 1 and its last bits depended on the other streams of the daemon's tick.
+            done = np.zeros(ah.shape, dtype=bool)
             for i in range(1, GAMMA_TERMS):
                 an, b = -i * (i - ah), b + 2
                 d = an * d + b
                 d = 1 / np.where(np.abs(d) < tiny, tiny, d)
                 c = b + an / c
                 c = np.where(np.abs(c) < tiny, tiny, c)
-                h = h * d * c
-                if (np.abs(d * c - 1) <= 1e-16).all():
+                h = np.where(done, h, h * d * c)
+                done |= np.abs(d * c - 1) <= 1e-16
+                if done.all():
                     break
             lead = ah * np.log(zh) - zh - np.asarray(_lgamma(ah), dtype=np.float64)  # ln(z^a e^{−z} / Γ(a))
             out[high] = lead + np.log(h)
