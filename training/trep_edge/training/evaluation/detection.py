@@ -46,6 +46,7 @@ from trep_edge.training.evaluation.detection_corpus import Stream, corpus
 
 Output = tuple[np.ndarray, np.ndarray]  # score [T], committed alerts [T]
 PEERS = ("rolling_z", "hst", "stumpi", "paper")
+CACHE_VERSION = b"6"  # bump when detect_recording's output changes for the same model, settings and data
 PEER_PACKAGES = {"hst": ("river", "River"), "stumpi": ("stumpy", "stumpy")}  # peer: (module, name) of [bench]
 
 
@@ -56,7 +57,6 @@ def require_peers(peers: list[str]) -> None:
         module, name = PEER_PACKAGES.get(peer, (None, None))
         if module and importlib.util.find_spec(module) is None:
             raise SystemExit(f"the {peer} peer needs {name}: pip install 'trep-edge[bench]'")
-CACHE_VERSION = b"5"  # bump when detect_recording's output changes for the same model, settings and data
 
 
 def rolling_z(stream: Stream, window: int = 100, level: float = 4.0) -> Output:
