@@ -251,6 +251,7 @@ class Bench:
     tapes: list[list]
     committed: list[dict[str, np.ndarray]]
     priors: list[dict | None]
+    scalings: list[str | None]  # each stream's model card's ``scaling`` (``DetectorConfig.for_scaling``)
     groups: list[list[int]]
     started: float
 
@@ -294,15 +295,16 @@ class Bench:
             for k, s in enumerate(streams):  # each model's streams on one detector of its shape, as the benchmark runs
                 by_engine.setdefault(id(engine_of(s)), []).append(k)
             groups = list(by_engine.values())
-        tapes, committed, priors = [], [], []
+        tapes, committed, priors, scalings = [], [], [], []
         for s in streams:
             engine = engine_of(s)
             tape, output = capture(engine, s, cache, args.check)
             tapes.append(tape)
             committed.append(output)
             priors.append(engine.card.detector_prior)
+            scalings.append(engine.card.scaling)
         print(f"captured or loaded {len(streams)} tapes in {time.perf_counter() - started:.0f} s", flush=True)
-        return cls(streams, tapes, committed, priors, groups, started)
+        return cls(streams, tapes, committed, priors, scalings, groups, started)
 
     @property
     def categories(self) -> list[str]:
@@ -314,7 +316,8 @@ class Bench:
         tapes = self.tapes if tapes is None else tapes
         outputs: list = [None] * len(self.streams)
         for pick in self.groups:
-            done = replay([tapes[k] for k in pick], config, self.priors[pick[0]],
+            # The monitor judges with the settings for its model's scaling: so does the replay.
+            done = replay([tapes[k] for k in pick], config.for_scaling(self.scalings[pick[0]]), self.priors[pick[0]],
                           [len(self.streams[k].values) for k in pick])  # fmt: skip
             for k, out in zip(pick, done):
                 outputs[k] = out

@@ -1,4 +1,5 @@
 """The seasonal floor of ``deviation``: a channel's cycle, the seasonal level, and where the floor holds."""
+import json
 from pathlib import Path
 
 import numpy as np
@@ -163,7 +164,7 @@ def test_the_monitor_brings_each_reading_to_the_floor_which_starts_after_the_fir
     x = rng.normal(0.0, 0.3, n)
     x[::period] += rng.uniform(4.0, 12.0, len(x[::period]))
     engine = load_engine(Path(__file__).resolve().parents[2] / "models" / "general.onnx", "cpu")
-    config = DetectorConfig(seasonal_after=400)
+    config = DetectorConfig(seasonal_after=400, seasonal_scaled=True)  # the general model has no floor by default
     floored = detect_recording(engine, x[:, None], config)
     plain = detect_recording(engine, x[:, None], config.with_overrides("seasonal_gain=0"))
     # The same surprise until the cycle is found at the 400th reading (row 399); afterwards the pulses read lower
@@ -171,3 +172,16 @@ def test_the_monitor_brings_each_reading_to_the_floor_which_starts_after_the_fir
     np.testing.assert_array_equal(floored.surprise[:399], plain.surprise[:399])
     pulses = np.arange(432, n, period)
     assert (floored.surprise[pulses] < plain.surprise[pulses]).mean() > 0.5
+    # Without seasonal_scaled the stream-scaled general model is judged as without the floor, to the last bit.
+    default = detect_recording(engine, x[:, None], DetectorConfig(seasonal_after=400))
+    np.testing.assert_array_equal(default.surprise, plain.surprise)
+    np.testing.assert_array_equal(default.alerts, plain.alerts)
+
+
+def test_the_floor_is_for_card_normalised_models_unless_seasonal_scaled():
+    config = DetectorConfig()
+    assert config.for_scaling(None) is config and config.for_scaling("card") is config
+    assert config.for_scaling("stream") == config.with_overrides("seasonal_gain=0")
+    both = config.with_overrides("seasonal_scaled=1")
+    assert both.for_scaling("stream") is both
+    assert DetectorConfig.from_dict(json.loads(json.dumps(both.to_dict()))) == both

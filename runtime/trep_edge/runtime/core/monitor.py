@@ -257,7 +257,8 @@ class Monitor:
 
     def _new_detector(self, streams: int, lanes: int) -> Detector:
         card = self.engine.card
-        detector = Detector(self.detector_config, card.repr_dims, card.detector_prior, self._lane_channels)
+        detector = Detector(self.detector_config.for_scaling(card.scaling), card.repr_dims, card.detector_prior,
+                            self._lane_channels)  # fmt: skip
         detector.add(streams, lanes)
         return detector
 
