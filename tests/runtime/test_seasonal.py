@@ -185,3 +185,17 @@ def test_the_floor_is_for_card_normalised_models_unless_seasonal_scaled():
     both = config.with_overrides("seasonal_scaled=1")
     assert both.for_scaling("stream") is both
     assert DetectorConfig.from_dict(json.loads(json.dumps(both.to_dict()))) == both
+
+
+def test_a_state_saved_with_the_floor_resumes_on_a_detector_without_it():
+    # A general-model daemon's checkpoint from before seasonal_scaled holds seasonal readings; resumed, the detector
+    # without the floor keeps none, and new streams still join.
+    floored = Detector(CONFIG, dims=4)
+    floored.add(streams=2, lanes=2)
+    _run(floored, *_inputs())
+    plain = Detector(CONFIG.for_scaling("stream"), dims=4)
+    plain.add(streams=2, lanes=2)
+    plain.load_state(npz_round_trip(floored.state_dict()))
+    plain.add(streams=3, lanes=3)
+    assert plain.seasons.ring_.shape == (5, 1, 0) and not plain.seasonal
+    np.testing.assert_array_equal(plain.stats.count_[:2], floored.stats.count_)

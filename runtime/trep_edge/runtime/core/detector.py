@@ -1378,10 +1378,11 @@ class Detector:
 
         Each part keeps this detector's configuration: a state saved before a setting existed (an earlier version's
         checkpoint) has no value for it, and its arrays for the setting start fresh; a state saved before the step
-        record, the stuck record or the seasonal record gives every lane a fresh one."""
+        record, the stuck record or the seasonal record gives every lane a fresh one, and so does a detector without
+        the seasonal floor to a state saved with one (a stream-scaled model's, saved before ``seasonal_scaled``)."""
         for prefix, part in self._parts():
             sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
-            if prefix in ("steps", "stuck", "seasons") and not sub:
+            if prefix in ("steps", "stuck", "seasons") and (not sub or prefix == "seasons" and not self.seasonal):
                 setattr(self, prefix, type(part)(**part._config(), n_streams=self.stats.n_streams))
             else:
                 setattr(self, prefix, part.with_arrays(sub))
