@@ -1034,3 +1034,52 @@ def test_a_fault_in_one_channel_alerts_and_names_that_channel(ett, independent_e
     raised = next(a for a in alerts if a.state == "raised" and a.window_end == T0 + 800)
     assert (raised.state, raised.channel, raised.window_end) == ("raised", "MUFL", T0 + 800)
     assert raised.values == dict(zip(ETT_CHANNELS, values[800].tolist()))
+
+
+# RestRecord: a channel at rest by nature
+
+
+def _still_levels(config, x, restore_at=None):
+    """The judged deviation of each reading of one single-channel lane fed ``x`` (128-reading windows), the
+    detector's state saved and restored into a new one before reading ``restore_at``."""
+    detector = Detector(config, dims=4)
+    detector.add(streams=1, lanes=1)
+    one, rng = rows(0), np.random.default_rng(0)
+    out = np.full(len(x), np.nan)
+    for t in range(127, len(x)):
+        if t == restore_at:
+            saved, detector = detector.state_dict(), Detector(config, dims=4)
+            detector.load_state(npz_round_trip(saved))
+        w = x[None, t - 127 : t + 1, None]
+        step = detector.step(one, one, one, rng.lognormal(size=1), rng.normal(size=(1, 4)), window_deviation(w),
+                             window_repeats(w), w[:, -1])  # fmt: skip
+        out[t] = step.deviation[0, 0]
+    return out
+
+
+REST = DetectorConfig(signals=("deviation",), seasonal_gain=0, rest_ratio=1.5)
+
+
+def test_a_channel_at_rest_reads_a_blip_like_its_last_ones_as_ordinary_and_a_larger_one_plainly():
+    x = np.zeros(4000)
+    blips = np.arange(300, 4000, 300)
+    x[blips] = 4.0
+    x[blips[-1]] = 12.0  # three times any blip before
+    rest, plain = _still_levels(REST, x), _still_levels(REST.with_overrides("rest_ratio=0"), x)
+    assert np.all(plain[blips] >= 4000)  # a still window's scale is 1e-3 at 0: every blip reads thousands
+    # At rest once 1,000 pairs of readings are history (the fifth blip): the first then sets the record, the next
+    # read as ordinary (the same size), the last, a record, plainly.
+    at_rest = blips[blips > 1300][:-1]
+    assert plain[at_rest[0]] == rest[at_rest[0]]
+    np.testing.assert_allclose(rest[at_rest[1:]], 1.0)
+    assert rest[blips[-1]] == plain[blips[-1]] >= 12_000
+    # The record and the run survive a save and restore between two blips.
+    np.testing.assert_array_equal(_still_levels(REST, x, restore_at=2000), rest)
+
+
+def test_a_noisy_channel_frozen_then_resuming_is_not_at_rest():
+    x = np.random.default_rng(1).normal(0.0, 1.0, 3000)
+    x[1500:1800] = x[1499]  # a frozen sensor, then resuming
+    rest, plain = _still_levels(REST, x), _still_levels(REST.with_overrides("rest_ratio=0"), x)
+    np.testing.assert_array_equal(rest, plain)
+    assert plain[1800] > 100  # the first reading after the freeze reads far out of the still window
