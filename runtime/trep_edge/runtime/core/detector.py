@@ -871,12 +871,10 @@ class RestRecord(StreamState):
         out of a still window ``[n, C]``; then record those channels' levels."""
         ref = self.max_[idx]
         level = parts[:, 0]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            known = rest & np.isfinite(level)
-            lower = known & (ref > 0) & (level < self.ratio * ref)
-            factor = np.where(lower, 1.0 / np.where(ref > 0, ref, 1.0), 1.0)
-            self.max_[idx] = np.where(known, np.fmax(ref, level), ref)
-        return parts * factor[:, None, :]
+        known = rest & np.isfinite(level)
+        lower = known & (ref > 0) & (level < self.ratio * ref)
+        self.max_[idx] = np.where(known, np.fmax(ref, level), ref)
+        return parts * (1.0 / np.where(lower, ref, 1.0))[:, None, :]
 
 
 class SignalStats(StreamState):
@@ -1285,10 +1283,10 @@ class Detector:
         parts = None
         if deviation is not None and "deviation" in c.signals:
             parts = np.asarray(deviation, dtype=np.float64).reshape(m, 2, self.channels)
-            rest = self.stuck.at_rest(lanes, c.deviation_window) \
-                if c.rest_ratio > 0 and c.deviation_window and c.stuck and repeat is not None else None  # fmt: skip
-            if rest is not None and rest.any():
-                parts = self.rest.relative(lanes, parts, rest)
+            if c.rest_ratio > 0 and c.deviation_window and c.stuck and repeat is not None:
+                rest = self.stuck.at_rest(lanes, c.deviation_window)
+                if rest.any():
+                    parts = self.rest.relative(lanes, parts, rest)
         seasonal = self._seasonal_levels(lanes, reading, None if parts is None else parts[:, 0])
         if parts is not None:
             floor = None if seasonal is None else self.seasons.judged(
@@ -1374,9 +1372,9 @@ class Detector:
         """This detector's successor for another model with the same inputs (a hot swap): no stream warms up again.
 
         The alert gate (record, scored-reading count, refractory period, hot run), the ``deviation`` statistics and
-        the step, stuck, seasonal and rest records describe the streams, not the model: they carry over unchanged, and so do, until ``relearn``
-        replaces them, the ``MODEL_SIGNALS`` statistics (exact for a model with the same outputs, a re-export). The representation
-        memory starts empty: the old representations are another model's.
+        the step, stuck, seasonal and rest records describe the streams, not the model: they carry over unchanged,
+        and so do, until ``relearn`` replaces them, the ``MODEL_SIGNALS`` statistics (exact for a model with the same
+        outputs, a re-export). The representation memory starts empty: the old representations are another model's.
         """
         new = Detector(self.config, dims, card_prior, self.channels)
         # Same detector settings: only the gate's warm-up length and the statistics' prior depend on the card. A
@@ -1441,8 +1439,9 @@ class Detector:
 
         Each part keeps this detector's configuration: a state saved before a setting existed (an earlier version's
         checkpoint) has no value for it, and its arrays for the setting start fresh; a state saved before the step
-        record, the stuck record, the seasonal record or the rest record gives every lane a fresh one, and so does a detector without
-        the seasonal floor to a state saved with one (a stream-scaled model's, saved before ``seasonal_scaled``)."""
+        record, the stuck record, the seasonal record or the rest record gives every lane a fresh one, and so does a
+        detector without the seasonal floor to a state saved with one (a stream-scaled model's, saved before
+        ``seasonal_scaled``)."""
         for prefix, part in self._parts():
             sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
             fresh = not sub or prefix == "seasons" and not self.seasonal
