@@ -1309,9 +1309,14 @@ def stream_set_main(script: str, description: str, load: Callable[[argparse.Name
     parser.add_argument("--prototypes", nargs="*", default=[], metavar="KIND:key=value;...",
                         help=f"prototypes to replay on the committed settings ({', '.join(PROTOTYPES)})")
     dr.add_peers_argument(parser)
+    parser.add_argument("--count-from", type=float, default=0.0, metavar="SHARE",
+                        help="leave each stream's rows before this share of its length (or its first labelled "
+                        "window, if earlier) uncounted: where the set places no fault (0.2 for the long streams)")
     args = parser.parse_args()
     if args.quick or args.categories:
         parser.error("--quick and --categories do not apply: this script has one set of streams")
+    if not 0.0 <= args.count_from < 1.0:
+        parser.error(f"--count-from {args.count_from}: give a share of a stream's rows, at least 0 and below 1")
     peers, peer_flags = dr.chosen_peers(args, parser)
     variants = dr.committed_and(args.variants, parser)
     try:
@@ -1319,7 +1324,9 @@ def stream_set_main(script: str, description: str, load: Callable[[argparse.Name
     except ValueError as exc:
         parser.error(str(exc))
     bench = dr.Bench.load(args, load(args))
-    flags = (dr.corpus_flags(args) + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)
+    bench.count_from = args.count_from
+    flags = (dr.corpus_flags(args) + [f"--count-from {args.count_from:g}"] * bool(args.count_from)
+             + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)
              + ["--prototypes", *(f"'{p}'" for p in args.prototypes)] * bool(args.prototypes) + peer_flags)
     results = bench.results(" ".join([f"python {script}", *flags]), args)
     bench.score_peers(results, peers)

@@ -48,6 +48,7 @@ from trep_edge.runtime.core.offline import detect_recording
 from trep_edge.training.evaluation import detection
 from trep_edge.training.evaluation.detection import Output, markdown, summarise_groups
 from trep_edge.training.evaluation.detection_corpus import Stream, corpus
+from trep_edge.training.evaluation.detection_metrics import nab_windows
 
 TAPE_VERSION = b"4"  # bump when the tape's layout changes
 INPUT_SETTINGS = ("scale_warmup", "scale_adapt", "deviation_window")
@@ -254,6 +255,7 @@ class Bench:
     scalings: list[str | None]  # each stream's model card's ``scaling`` (``DetectorConfig.for_scaling``)
     groups: list[list[int]]
     started: float
+    count_from: float = 0.0  # a stream-set script's ``--count-from`` (``uncounted_before``)
 
     @classmethod
     def load(cls, args: argparse.Namespace, streams: list[Stream] | None = None) -> Bench:
@@ -336,8 +338,24 @@ class Bench:
                 "model": f"each stream's own, from {args.per_stream}" if args.per_stream else args.model,
                 "icu_model": args.icu_model}  # fmt: skip
 
+    def uncounted_before(self, outputs: list[Output]) -> list[Output]:
+        """The outputs with each stream's rows before ``count_from`` of its length left unscored and unalerted, or
+        before its first NAB window where that starts earlier, so that no detection is lost: a stream set whose
+        faults are placed from that share of the rows on is then scored where a fault could be."""
+        if not self.count_from:
+            return outputs
+        kept = []
+        for s, (score, alerts) in zip(self.streams, outputs):
+            rows = len(s.values)
+            cut = min([int(self.count_from * rows)] + [a for a, _ in nab_windows(rows, s.events)])
+            score, alerts = score.astype(float), alerts.copy()
+            score[:cut], alerts[:cut] = np.nan, False
+            kept.append((score, alerts))
+        return kept
+
     def score(self, results: dict, name: str, outputs: list[Output], began: float) -> None:
-        """Add one row of outputs to ``results`` and print its headline."""
+        """Add one row of outputs to ``results`` (counted from ``count_from``) and print its headline."""
+        outputs = self.uncounted_before(outputs)
         categories = self.categories
         results["seconds"][name] = time.perf_counter() - began
         groups = {"overall": categories} | {c: [c] for c in categories}

@@ -130,3 +130,23 @@ def test_a_peer_whose_bench_package_is_missing_is_refused_before_any_work_in_one
 def test_step_rows_follow_the_row_before_each_step():
     tape = [("init", 4, 1), ("row", 0), ("step",), ("row", -1), ("step",), ("reset",), ("row", 5), ("step",)]
     assert replay_bench.step_rows(tape) == [0, -1, 5]
+
+
+def test_rows_before_count_from_are_uncounted_but_never_a_labelled_window():
+    rows = 1000
+    values = np.zeros((rows, 1))
+    late = Stream("late", "long", ["c0"], values, [(600, 610)])
+    early = Stream("early", "long", ["c0"], values, [(150, 155)])  # its NAB window starts before 20 % of the rows
+    bench = replay_bench.Bench([late, early], [], [], [], [], [], 0.0, count_from=0.2)
+    score, alerts = np.arange(rows, dtype=np.float32), np.zeros(rows, dtype=bool)
+    alerts[[100, 199, 200, 600]] = True
+    (late_score, late_alerts), (early_score, early_alerts) = bench.uncounted_before([(score, alerts)] * 2)
+    window = replay_bench.nab_windows(rows, early.events)[0][0]
+    assert window < 200
+    assert list(np.flatnonzero(late_alerts)) == [200, 600] and np.isnan(late_score[:200]).all()
+    assert late_score[200] == 200
+    assert list(np.flatnonzero(early_alerts)) == [a for a in (100, 199, 200, 600) if a >= window]
+    assert np.isnan(early_score[:window]).all() and early_score[window] == window
+    assert alerts.sum() == 4 and not np.isnan(score).any()  # the outputs given are left as they were
+    bench.count_from = 0.0
+    assert bench.uncounted_before([(score, alerts)])[0][1] is alerts
