@@ -1250,6 +1250,46 @@ def signal_tail(dofs: str = "8/8/4") -> Prototype:
     return Prototype(patches)
 
 
+def signal_weight(weights: str = "1/1/1") -> Prototype:
+    """Each signal's surprise times its weight (``/``-separated, in ``SIGNALS`` order) before the lane's signals are
+    combined: a signal at weight 0.5 counts as the square root of its tail probability, so it alerts alone only when
+    twice as surprising and adds less to the others' agreement."""
+    weight = np.array([float(w) for w in str(weights).split("/")])
+    if len(weight) != len(SIGNALS) or (weight < 0).any():
+        raise ValueError(f"signal-weight needs {len(SIGNALS)} weights ({'/'.join(SIGNALS)}) of at least 0, "
+                         f"got {weights!r}")
+    combine = detector_module.Detector.combine
+
+    def on_combine(self: detector_module.Detector, lanes: np.ndarray, surprise: np.ndarray) -> np.ndarray:
+        picked = weight[[SIGNALS.index(name) for name in self.config.signals]]
+        return combine(self, lanes, surprise * picked)
+
+    return _patching(detector_module.Detector, combine=on_combine)
+
+
+def relative_distance(distance: float = 1, novelty: float = 0) -> Prototype:
+    """With ``distance``, ``distance`` over the mean size of the reading's unmasked representation (``mean |z|``),
+    so that a reading that moves the representation no more than its own size scores as ordinary however loud it
+    is; with ``novelty``, the representation itself scaled to a mean size of 1, so ``novelty`` compares the shapes
+    of representations rather than their sizes. The raw ``distance`` grows with the reading's amplitude
+    (DETECTION_FINDINGS, cause 1), which ``deviation`` already measures."""
+
+    def rewrite(stream: Stream, tape: list) -> list:
+        out = []
+        for call in tape:
+            if call[0] == "step":
+                z = np.asarray(call[5], dtype=np.float64)
+                size = np.abs(z).mean(axis=1)
+                size = np.where(size > 0, size, np.nan)
+                scaled = (z / np.where(np.isfinite(size), size, 1.0)[:, None]).astype(np.float32)
+                call = (*call[:4], np.asarray(call[4], dtype=np.float64) / size if distance else call[4],
+                        scaled if novelty else call[5], *call[6:])
+            out.append(call)
+        return out
+
+    return Prototype(_no_patches, rewrite)
+
+
 @contextmanager
 def _no_patches() -> Iterator[None]:
     yield
@@ -1265,7 +1305,8 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "slow-floor": slow_floor, "run-rate": run_rate,
     "step-full": step_full, "persist": persist, "late-bar": late_bar, "peak-fade": peak_fade,
     "growing-refractory": growing_refractory, "spent-peaks": spent_peaks, "calibrated": calibrated, "cross": cross,
-    "phase-novelty": phase_novelty, "lone-model": lone_model,
+    "phase-novelty": phase_novelty, "lone-model": lone_model, "relative-distance": relative_distance,
+    "signal-weight": signal_weight,
 }  # fmt: skip
 
 

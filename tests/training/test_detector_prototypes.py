@@ -428,6 +428,38 @@ def test_signal_tail_judges_each_signal_under_its_own_tail_and_only_while_patche
         prototypes.parse("signal-tail:dofs=8/8")
 
 
+def test_signal_weight_scales_each_signals_surprise_before_the_combination_and_only_while_patched():
+    detector = prototypes.detector_module.Detector(DetectorConfig(), dims=4)
+    detector.add(1, 1)
+    lanes = np.array([0])
+    surprise = np.array([[2.0, 1.0, 3.0]])  # distance, novelty, deviation
+    committed = detector.combine(lanes, surprise)
+    with prototypes.parse("signal-weight:weights=1/1/1").patches():
+        assert np.array_equal(detector.combine(lanes, surprise), committed)
+    with prototypes.parse("signal-weight:weights=0.5/1/1").patches():
+        halved = detector.combine(lanes, surprise)
+    with prototypes.parse("signal-weight:weights=1/1/0.5").patches():
+        quieter = detector.combine(lanes, surprise)
+    assert halved[0] < committed[0] and quieter[0] < halved[0]  # the louder signal halved loses more
+    assert np.array_equal(detector.combine(lanes, surprise), committed)  # unpatched again
+    for bad in ("signal-weight:weights=1/1", "signal-weight:weights=1/-1/1"):
+        with pytest.raises(ValueError, match="signal-weight"):
+            prototypes.parse(bad)
+
+
+def test_relative_distance_divides_distance_by_the_representations_size_and_scales_it_only_for_novelty():
+    z = np.array([[2.0, -2.0], [0.0, 0.0]], dtype=np.float32)  # mean sizes 2 and 0 (an unscorable lane)
+    tape = [("row", 0), ("step", np.array([0, 1]), np.array([0, 1]), np.array([0, 1]), np.array([4.0, np.nan]), z,
+                         None, None)]  # fmt: skip
+    plain = prototypes.parse("relative-distance").rewrite(_stream(), tape)[1]
+    np.testing.assert_allclose(plain[4], [2.0, np.nan])
+    assert plain[5] is z  # the representation as captured
+    both = prototypes.parse("relative-distance:novelty=1").rewrite(_stream(), tape)[1]
+    np.testing.assert_allclose(both[5], [[1.0, -1.0], [0.0, 0.0]])  # a zero representation stays finite
+    only_novelty = prototypes.parse("relative-distance:distance=0;novelty=1").rewrite(_stream(), tape)[1]
+    assert only_novelty[4] is tape[1][4]
+
+
 def gate_after(readings: int) -> AlertGate:
     """A one-stream gate that has aged ``readings`` quiet readings without alerting."""
     gate = AlertGate(threshold=4.0, min_count=1, refractory=0, protect=10, n_streams=1)
