@@ -1280,10 +1280,10 @@ def relative_distance(distance: float = 1, novelty: float = 0) -> Prototype:
             if call[0] == "step":
                 z = np.asarray(call[5], dtype=np.float64)
                 size = np.abs(z).mean(axis=1)
-                size = np.where(size > 0, size, np.nan)  # an unscorable lane's zero representation has no size
-                scaled = (z / np.nan_to_num(size, nan=1.0)[:, None]).astype(np.float32)
-                call = (*call[:4], np.asarray(call[4], dtype=np.float64) / size if distance else call[4],
-                        scaled if novelty else call[5], *call[6:])
+                sized = size > 0  # an unscorable lane's zero representation has no size: NaN distance, z kept
+                relative = np.asarray(call[4], dtype=np.float64) / np.where(sized, size, np.nan)
+                scaled = (z / np.where(sized, size, 1.0)[:, None]).astype(np.float32)
+                call = (*call[:4], relative if distance else call[4], scaled if novelty else call[5], *call[6:])
             out.append(call)
         return out
 
