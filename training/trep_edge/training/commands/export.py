@@ -18,17 +18,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p = subparsers.add_parser(
         "export",
         help="export a checkpoint to ONNX with its model card",
-        description="Write the encoder as ONNX (inputs x, mask, t; output z) plus NAME.card.json, calibrate the alert "
-        "threshold on normal data with the runtime's scoring code, and optionally check torch/onnxruntime parity.",
+        description="Write the encoder as ONNX (inputs x, mask, t; output z) plus NAME.card.json, calibrate the paper "
+        "protocol's threshold and the detector's prior on normal data with the runtime's scoring code, and optionally check torch/onnxruntime parity.",
         formatter_class=HelpFormatter,
     )
     p.add_argument("checkpoint", help="a checkpoint written by trep-edge train")
     p.add_argument("--out", required=True, help="output model path, ending in .onnx (the card goes beside it)")
     p.add_argument("--name", help="model name in the card (default: the file name)")
     p.add_argument("--window", type=int, default=201, help="scoring window W = padding + 1 (paper: padding 200)")
-    p.add_argument("--z", type=int, default=21, help="previous scores averaged by the adjusted score")
-    p.add_argument("--beta", type=float, default=4.0, help="alert when adjusted score > mu + beta * sigma")
-    p.add_argument("--delay", type=int, default=7, help="readings after an alert during which no new alert is raised")
+    p.add_argument("--z", type=int, default=21, help="the paper protocol's adjusted score: previous raw scores it "
+                   "averages. Kept in the card for `trep-edge doctor` and the benchmark's paper peer; the monitor's "
+                   "alerts come from its detector ([detector] in the monitor TOML), which does not read it")
+    p.add_argument("--beta", type=float, default=4.0, help="the paper protocol's alert rule, adjusted score > mu + beta * "
+                   "sigma (in the card only, as --z)")
+    p.add_argument("--delay", type=int, default=7, help="the paper protocol's readings after an alert without a new one "
+                   "(in the card only, as --z; the monitor's is [detector] refractory)")
     p.add_argument("--calibration-data", help="normal data for the threshold (default: the checkpoint's training data)")
     p.add_argument("--calibration-rows", help="START:END slice of the calibration data")
     p.add_argument("--calibration-steps", type=int, default=4000, help="at most this many scored steps for calibration "
