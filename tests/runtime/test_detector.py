@@ -393,6 +393,8 @@ def test_on_schedule_finds_a_progression_of_earlier_alerts_at_one_spacing():
     assert on_schedule(np.array([1288, 1000, 712, 424]), 1864, after=2, tol=0.01)
     assert not on_schedule(np.array([1000, 424]), 1288, after=2, tol=0.01)
     assert not on_schedule(np.array([-1, -1]), 288, after=1, tol=0.01)  # nothing earlier: nothing to continue
+    # A reading within the slack of the last alert does not continue a progression of that alert with itself.
+    assert not on_schedule(np.array([21, 5]), 23, after=2, tol=0.01)
 
 
 def test_an_alert_on_schedule_is_kept_back_and_still_counts_as_one_for_the_gate():
@@ -416,10 +418,14 @@ def test_an_alert_on_schedule_is_kept_back_and_still_counts_as_one_for_the_gate(
     # Off, the edges alert until they have spent the budget (bar 4 + 3 · (spent − 2)), and the fault is missed.
     off = gate(0)
     assert [t for t, s in enumerate(scores) if off.decide(rows(0), np.array([s]))[0][0]] == [0, 10, 20]
-    # A kept-back alert starts a refractory period like a raised one: a fault 2 readings after it waits.
+    # A kept-back alert pages no one, so it starts no refractory period: a fault 3 readings after it alerts, while
+    # one 3 readings after a raised alert waits.
     g = gate()
-    late = scores[:22] + [9.0] + [0.0] * 5
-    assert [t for t, s in enumerate(late) if g.decide(rows(0), np.array([s]))[0][0]] == [0, 10]
+    late = scores[:23] + [9.0] + [0.0] * 5
+    assert [t for t, s in enumerate(late) if g.decide(rows(0), np.array([s]))[0][0]] == [0, 10, 23]
+    g = gate()
+    early = scores[:13] + [9.0] + [0.0] * 5
+    assert [t for t, s in enumerate(early) if g.decide(rows(0), np.array([s]))[0][0]] == [0, 10]
 
     # Save and restore mid-stream equals an uninterrupted run; a state saved before the schedule starts it empty.
     first = gate()

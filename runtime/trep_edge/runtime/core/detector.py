@@ -231,7 +231,8 @@ class DetectorConfig:
             stuck-history round).
         schedule: how many earlier alerts of a stream, spaced alike, make a new alert that continues their progression
             *on schedule* (``on_schedule``): it is kept back, not raised, and still counts as an alert for the gate
-            (its run is not learned, its refractory period holds) and for the schedule; 0 disables it. An edge that
+            (its run alerts once and is not learned) and for the schedule, but starts no refractory period; 0
+            disables it. An edge that
             recurs once a day or once a shift is a surprise every time under a per-stream model, and its run peaks
             have faded by the next day (a day is 288 readings at five minutes, 1,440 at one): a plain square wave of
             working hours alerted at every evening's fall, 12 days running (docs/detection.md, the schedule round).
@@ -987,13 +988,13 @@ def on_schedule(times: np.ndarray, now: int, after: int, tol: float) -> bool:
 
     One missing step ends a progression: a fault that took the place of one recurrence starts it again."""
     past = sorted((int(t) for t in np.asarray(times).tolist() if t >= 0), reverse=True)
-    for last in past:
+    for i, last in enumerate(past):
         spacing = now - last
         if spacing <= 0:
             continue
         slack = max(2.0, tol * spacing)
         chain, expect = 1, last - spacing
-        for earlier in past:
+        for earlier in past[i + 1 :]:  # not ``last`` itself: within the slack of a short spacing it matched itself
             if abs(earlier - expect) <= slack:
                 chain, expect = chain + 1, earlier - spacing
         if chain >= after:
@@ -1027,7 +1028,9 @@ class AlertGate(StreamState):
     With ``schedule`` > 0 an alert *on schedule* (``on_schedule``: it continues a progression of ``schedule``
     earlier alerts of the stream, spaced alike to within ``schedule_tol``) is kept back: a surprise that comes on
     time, a daily edge the run peaks have forgotten by the next day, is not news. It is still an alert for the gate
-    (its run is not learned, its refractory period holds, and it joins the progression) but not for the budget.
+    (its run alerts once and is not learned, and it joins the progression) but not for the budget, and it starts no
+    refractory period: nothing was paged, so nothing may hold back the next event (a level shift 146 readings after
+    a kept-back spike stayed silent; docs/detection.md, the kept-alert round).
     With ``escalate`` > 0 a new run inside the refractory period (not the alerted run going on) alerts when its score
     reaches ``escalate`` times that of the stream's last alert: the refractory period keeps one event from paging
     again, not a far larger one that follows it.
@@ -1153,7 +1156,7 @@ class AlertGate(StreamState):
         self.record_[idx] = np.where(normal, np.fmax(record, np.fmin(score, self.record_cap)), record)
         self._remember_peaks(idx, level, score, peaks)
         self.scored_[idx] = count
-        self.since_[idx] = np.where(alert, 0, since)
+        self.since_[idx] = np.where(alert & ~kept, 0, since)
         self.last_[idx] = np.where(alert & ~kept, score, self.last_[idx])
         self.hot_[idx] = hot_run
         self.spent_[idx] = spent + (alert & ~kept)
