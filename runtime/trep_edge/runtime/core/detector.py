@@ -232,10 +232,10 @@ class DetectorConfig:
         schedule: how many earlier alerts of a stream, spaced alike, make a new alert that continues their progression
             *on schedule* (``on_schedule``): it is kept back, not raised, and still counts as an alert for the gate
             (its run alerts once and is not learned) and for the schedule, but starts no refractory period; 0
-            disables it. An edge that
-            recurs once a day or once a shift is a surprise every time under a per-stream model, and its run peaks
-            have faded by the next day (a day is 288 readings at five minutes, 1,440 at one): a plain square wave of
-            working hours alerted at every evening's fall, 12 days running (docs/detection.md, the schedule round).
+            disables it. An edge that recurs once a day or once a shift is a surprise every time under a per-stream
+            model, and its run peaks have faded by the next day (a day is 288 readings at five minutes, 1,440 at
+            one): a plain square wave of working hours alerted at every evening's fall, 12 days running
+            (docs/detection.md, the schedule round).
         schedule_tol: how far (a share of the spacing, and at least 2 steps) an alert may fall from where the
             progression puts it; spacing counts the stream's steps, a gap's missing ones included. 0.002 rather than
             0.01: at 0.01 (20 readings either side of a spacing of 2,000) two of the benchmark's 60 multi-fault

@@ -19,7 +19,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "export",
         help="export a checkpoint to ONNX with its model card",
         description="Write the encoder as ONNX (inputs x, mask, t; output z) plus NAME.card.json, calibrate the paper "
-        "protocol's threshold and the detector's prior on normal data with the runtime's scoring code, and optionally check torch/onnxruntime parity.",
+        "protocol's threshold and the detector's prior on normal data with the runtime's scoring code, and optionally "
+        "check torch/onnxruntime parity.",
         formatter_class=HelpFormatter,
     )
     p.add_argument("checkpoint", help="a checkpoint written by trep-edge train")
@@ -29,10 +30,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--z", type=int, default=21, help="the paper protocol's adjusted score: previous raw scores it "
                    "averages. Kept in the card for `trep-edge doctor` and the benchmark's paper peer; the monitor's "
                    "alerts come from its detector ([detector] in the monitor TOML), which does not read it")
-    p.add_argument("--beta", type=float, default=4.0, help="the paper protocol's alert rule, adjusted score > mu + beta * "
-                   "sigma (in the card only, as --z)")
-    p.add_argument("--delay", type=int, default=7, help="the paper protocol's readings after an alert without a new one "
-                   "(in the card only, as --z; the monitor's is [detector] refractory)")
+    p.add_argument("--beta", type=float, default=4.0, help="the paper protocol's alert rule, adjusted score > mu + "
+                   "beta * sigma (in the card only, as --z)")
+    p.add_argument("--delay", type=int, default=7, help="the paper protocol's readings after an alert without a new "
+                   "one (in the card only, as --z; the monitor's is [detector] refractory)")
     p.add_argument("--calibration-data", help="normal data for the threshold (default: the checkpoint's training data)")
     p.add_argument("--calibration-rows", help="START:END slice of the calibration data")
     p.add_argument("--calibration-steps", type=int, default=4000, help="at most this many scored steps for calibration "
