@@ -1295,6 +1295,20 @@ def _no_patches() -> Iterator[None]:
     yield
 
 
+def full_novelty(after: float = 233) -> Prototype:
+    """No ``novelty`` (not judged, not learned) until a lane has remembered ``after`` readings since its start or
+    reset: a young lane's windows are mostly padding, while a per-stream card's prior describes full windows, and a
+    constant feed's first ``novelty``, at reading 33, alerted on a flat line (docs/detection.md, "Missing or weak").
+    233 is the evaluator's window of 201 and the memory's exclusion of 32."""
+    after = int(after)
+    plain = detector_module.RepresentationMemory.novelty
+
+    def novelty(self: detector_module.RepresentationMemory, idx: np.ndarray, z: np.ndarray) -> np.ndarray:
+        return np.where(self.phase_[idx] >= after, plain(self, idx, z), np.nan)
+
+    return _patching(detector_module.RepresentationMemory, novelty=novelty)
+
+
 PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
     "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift, "rhythm": rhythm,
@@ -1306,7 +1320,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "step-full": step_full, "persist": persist, "late-bar": late_bar, "peak-fade": peak_fade,
     "growing-refractory": growing_refractory, "spent-peaks": spent_peaks, "calibrated": calibrated, "cross": cross,
     "phase-novelty": phase_novelty, "lone-model": lone_model, "relative-distance": relative_distance,
-    "signal-weight": signal_weight,
+    "signal-weight": signal_weight, "full-novelty": full_novelty,
 }  # fmt: skip
 
 

@@ -636,3 +636,19 @@ def test_lone_model_caps_a_lane_whose_deviation_is_ordinary_not_one_whose_deviat
         capped = detector.combine(lanes, surprise)
     assert capped[0] == pytest.approx(3.9) and capped[1] == committed[1]
     assert np.array_equal(detector.combine(lanes, surprise), committed)  # unpatched again
+
+
+def test_full_novelty_gives_no_novelty_until_a_lane_has_remembered_enough_readings_and_only_while_patched():
+    memory = prototypes.detector_module.RepresentationMemory(dims=2, memory=8, stride=1, exclusion=1, n_streams=2)
+    lanes = np.array([0, 1])
+    for t in range(5):
+        memory.remember(np.array([0]), np.array([[float(t), 0.0]], dtype=np.float32))
+    memory.remember(np.array([1]), np.array([[0.0, 0.0]], dtype=np.float32))
+    memory.remember(np.array([1]), np.array([[1.0, 0.0]], dtype=np.float32))
+    z = np.array([[9.0, 0.0], [9.0, 0.0]], dtype=np.float32)
+    committed = memory.novelty(lanes, z)
+    assert np.isfinite(committed).all()  # both lanes have an eligible memory
+    with prototypes.parse("full-novelty:after=4").patches():
+        young = memory.novelty(lanes, z)
+    assert young[0] == committed[0] and np.isnan(young[1])  # lane 1 has remembered 2 readings, under 4
+    np.testing.assert_array_equal(memory.novelty(lanes, z), committed)  # unpatched again
