@@ -175,7 +175,8 @@ def test_score_command_by_time_takes_the_files_period_and_refuses_bad_options(tm
     done = subprocess.run(base + ["--by-time"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "by time, one step every 300 s" in done.stdout
-    for extra, message in ((["--period", "60"], "add --by-time"), (["--by-time", "--period", "-5"], "positive")):
+    for extra, message in ((["--period", "60"], "add --by-time"), (["--by-time", "--period", "-5"], "positive"),
+                           (["--series", "-1"], "counts from 0")):
         bad = subprocess.run(base + extra, capture_output=True, text=True, timeout=120)
         assert bad.returncode != 0 and message in bad.stderr and "Traceback" not in bad.stderr
     (tmp_path / "rows.csv").write_text("value\n" + "".join(f"{v:.6g}\n" for v in values[:, 0]))

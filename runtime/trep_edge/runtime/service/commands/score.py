@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from trep_edge.datasets.timestamps import median_interval
     from trep_edge.runtime.service.score_file import score_recording, write_csv, write_plot
 
+    if args.series < 0:
+        raise ValueError(f"--series counts from 0 (the file's first series), got {args.series}")
     if args.period is not None and not args.by_time:
         raise ValueError("--period sets the step of --by-time scoring; add --by-time, or leave --period out")
     if args.period is not None and not (math.isfinite(args.period) and args.period > 0):
