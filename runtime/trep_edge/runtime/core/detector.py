@@ -1156,15 +1156,16 @@ class AlertGate(StreamState):
         self.record_[idx] = np.where(normal, np.fmax(record, np.fmin(score, self.record_cap)), record)
         self._remember_peaks(idx, level, score, peaks)
         self.scored_[idx] = count
-        self.since_[idx] = np.where(alert & ~kept, 0, since)
-        self.last_[idx] = np.where(alert & ~kept, score, self.last_[idx])
+        raised = alert & ~kept  # paged: only these start a refractory period, set the bar to escalate and spend budget
+        self.since_[idx] = np.where(raised, 0, since)
+        self.last_[idx] = np.where(raised, score, self.last_[idx])
         self.hot_[idx] = hot_run
-        self.spent_[idx] = spent + (alert & ~kept)
+        self.spent_[idx] = spent + raised
         frozen = np.zeros(len(idx), dtype=bool)
         if self.stuck and stuck is not None:
             with np.errstate(invalid="ignore"):
                 frozen = (np.asarray(stuck) >= self.stuck) & ~warming & (since > self.refractory) & ~alert
-        return (alert & ~kept) | frozen, warming, (~hot | (hot_run > self.protect)) & ~quiet, frozen
+        return raised | frozen, warming, (~hot | (hot_run > self.protect)) & ~quiet, frozen
 
     def _remember_peaks(self, idx: np.ndarray, level: np.ndarray, score: np.ndarray, peaks: np.ndarray) -> None:
         """Follow each stream's run at or above the threshold; when it ends, its peak replaces the lowest
