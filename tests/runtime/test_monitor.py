@@ -313,6 +313,36 @@ def test_a_short_gap_is_missing_steps_and_a_long_gap_restarts_warm_up(univariate
     assert alerts == [] and monitor.streams == {"a": "active"}  # the episode raised before the reset is still open
 
 
+def xy(t, y=True, fault=0.0):
+    """One reading of a channel-independent model's stream ``a``: channel ``x`` (with ``fault`` added), and ``y``."""
+    return Reading("a", float(T0 + t), {"x": np.cos(t) + fault, **({"y": np.sin(t / 2)} if y else {})})
+
+
+def test_a_channel_sent_less_often_than_max_gap_restarts_alone_and_its_stream_keeps_alerting(univariate_engine):
+    # y arrives every 8 steps, past max_gap: its lane restarts at each reading and is never judged, while x is.
+    monitor = Monitor(with_card(univariate_engine, channel_mode="independent"), WindowConfig(max_gap=5, jump_confirm=1),
+                      detector=cold(10))  # fmt: skip
+    scored, alerts = run(monitor, [xy(t, y=t % 8 == 0, fault=FAULT * (t == 70)) for t in range(80)])
+    assert monitor.counters["resets"] >= 8 and monitor.streams == {"a": "active"}
+    assert not any(s.warming for s in scored[20:])
+    assert {s.channel for s in scored if np.isfinite(s.score)} == {"x"}
+    raised = [(a.channel, a.timestamp - T0) for a in alerts if a.state == "raised"]
+    assert raised == [("x", 70)]
+
+
+def test_a_channel_that_starts_late_or_after_a_gap_of_its_own_warms_up_before_it_is_judged(univariate_engine):
+    monitor = Monitor(with_card(univariate_engine, channel_mode="independent"), WindowConfig(max_gap=5, jump_confirm=1),
+                      detector=cold(10))  # fmt: skip
+    readings = [xy(t, y=False) for t in range(30)]  # x alone, then y joins
+    readings += [xy(t, y=not 50 <= t < 60) for t in range(30, 100)]  # y silent past max_gap: it alone restarts
+    scored, alerts = run(monitor, readings)
+    assert monitor.counters["resets"] == 1 and alerts == []
+    assert not any(s.warming for s in scored[15:])
+    named = {s.step - T0 for s in scored if s.channel == "y"}
+    # A lane scores from its third reading (two give a variance): its 10th judged reading is step 41, then 71.
+    assert named and not named & ({*range(30, 41)} | {*range(60, 71)})
+
+
 # warm-up and alert episodes
 
 
@@ -657,3 +687,21 @@ def test_swapping_in_a_model_that_bends_a_count_channel_restarts_the_windows(uni
     assert monitor.streams == {"a": "active"}
     monitor.swap_engine(with_card(counted))  # the same input contract keeps the stream warm
     assert monitor.streams == {"a": "active"} and monitor.counters["model_swaps"] == 2
+
+
+def test_swapping_between_channel_modes_gives_each_stream_the_lanes_of_the_new_mode(univariate_engine):
+    fixed = with_card(univariate_engine, period=60.0)  # readings every second: every stream is off the card's period
+    independent = with_card(fixed, channel_mode="independent")
+    monitor = Monitor(independent, detector=cold(3))
+    run(monitor, [xy(t) for t in range(10)])
+    assert monitor.period_mismatches() == {"a": 1.0}
+    monitor.swap_engine(fixed)
+    assert monitor._store.names == ["a"] and monitor.period_mismatches() == {}
+    scored, _ = run(monitor, [value("a", t, np.cos(t)) for t in range(10, 20)])
+    assert {s.channel for s in scored} == {""} and np.isfinite(scored[-1].score)
+    assert monitor.period_mismatches() == {"a": 1.0}
+    monitor.swap_engine(independent)
+    scored, _ = run(monitor, [xy(t) for t in range(20, 30)])
+    assert monitor._store.names == ["a\x1fx", "a\x1fy"] and {s.channel for s in scored[-3:]} <= {"x", "y"}
+    assert monitor.period_mismatches() == {"a": 1.0}
+    assert Monitor.from_state(independent, npz_round_trip(monitor.state_dict())).streams == monitor.streams

@@ -40,7 +40,10 @@ own history, on a scale that means the same for every stream and every model:
 A stream may be one model window (``channel_mode = fixed``) or several univariate channels scored by one shared
 model (``independent``): every channel then has its own signals and statistics (a *lane*), and the stream's score
 is the largest lane surprise, Bonferroni-corrected by the number of tests (lanes × signals); the lane that gave it is
-reported, which names the channel behind an alert.
+reported, which names the channel behind an alert. A lane younger than its stream (a channel first sent late, or
+restarted alone by a gap of its own) joins the stream's score once it has the stream's warm-up of its own readings
+with a surprise (``SignalStats.judged_``): its statistics of a handful of values would turn noise into alerts, and
+the stream's other lanes keep it alert-capable meanwhile.
 
 Everything is a ``stream_state.StreamState``: rows of numpy arrays, saved and restored as flat dicts, so the daemon's
 checkpoints and ``trep-edge score`` run the same arithmetic. ``Detector.step`` is the only entry point.
@@ -886,7 +889,8 @@ class SignalStats(StreamState):
     ``prior``, a fresh lane starts from its mean and variance as if it had seen ``prior.count`` values. The signals'
     correlations are learned alike, from the readings that give every signal a value (``overlap``).
     State: ``count_``, ``mean_``, ``var_`` ``[S, K]``; ``recent_`` ``[S, K, short]`` (NaN = empty), ``pos_`` ``[S]``;
-    ``pairs_`` ``[S]`` and ``comoment_`` ``[S, K, K]``, the mean product of the standardised signals.
+    ``pairs_`` ``[S]`` and ``comoment_`` ``[S, K, K]``, the mean product of the standardised signals; ``judged_``
+    ``[S]``, the lane's readings given a surprise since it started (its warm-up; ``Detector.step`` counts them).
     """
 
     def __init__(
@@ -907,6 +911,7 @@ class SignalStats(StreamState):
             "pos_": np.zeros(n, dtype=np.int64),
             "pairs_": np.zeros(n, dtype=np.int64),
             "comoment_": np.zeros((n, self.k, self.k)),
+            "judged_": np.zeros(n, dtype=np.int64),
         }
 
     def _config(self) -> dict[str, Any]:
@@ -919,6 +924,15 @@ class SignalStats(StreamState):
         # States saved before the Student tail were judged under the Gaussian one (tail_dof 0).
         return cls(config["k"], config["horizon"], config["short"], None if prior is None else SignalPrior(**prior),
                    config.get("tail_dof", 0))  # fmt: skip
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> SignalStats:
+        """``StreamState.from_state``; the lanes of a state saved before lanes warmed up on their own (no
+        ``judged_``) were judged with their stream's warm-up and count as warm."""
+        stats = super().from_state(state)
+        if "judged_" not in state:
+            stats.judged_[:] = WARM_LANE
+        return stats
 
     def _scale(self, idx: np.ndarray) -> np.ndarray:
         """Each selected lane's standard deviation per signal ``[n, K]``; NaN until two values or while it is 0."""
@@ -976,6 +990,9 @@ class SignalStats(StreamState):
         known = (self.pairs_[idx] >= REDUNDANCY_MIN_VALUES)[:, None, None] & np.isfinite(rho)
         return np.where(known, np.clip((rho - floor) / (1 - floor), 0.0, 1.0), 0.0)
 
+
+WARM_LANE = 2**40
+"""``SignalStats.judged_`` of a lane restored from a state that did not count: past any warm-up."""
 
 SCHEDULE_MEMORY = 8
 """Alerts per stream whose steps ``AlertGate`` remembers for ``on_schedule``."""
@@ -1194,7 +1211,7 @@ class DetectorStep:
     alert: np.ndarray  # [n] bool
     warming: np.ndarray  # [n] bool
     lane: np.ndarray  # [n] the lane row (channel) with the largest surprise, -1 when none
-    lane_score: np.ndarray  # [m] each lane's own surprise (signals combined; NaN = none), before the correction
+    lane_score: np.ndarray  # [m] each lane's own surprise (signals combined; NaN = none or warming), uncorrected
     signals: np.ndarray  # [m, K] each lane's log-signals (NaN = none)
     deviation: np.ndarray  # [m, C] each lane's channels' deviation, steps folded in (NaN = none; explanations)
     stuck: np.ndarray  # [n] bool: the alert is a stuck sensor's (``StuckRecord``), not the anomaly score's
@@ -1204,8 +1221,8 @@ class Detector:
     """Signals → surprise → alert for streams made of lanes (module docstring).
 
     Lanes (``memory``, ``stats``) and streams (``gate``) are numbered separately: a stream of a fixed-channel model
-    is one lane, a stream scored channel by channel has one lane per channel. The caller keeps the numbering and adds,
-    removes and resets lanes and streams together.
+    is one lane, a stream scored channel by channel has one lane per channel. The caller keeps the numbering, adds and
+    removes lanes with their streams, and resets a stream with its lanes or a lane alone (which warms up again).
     """
 
     def __init__(
@@ -1315,9 +1332,16 @@ class Detector:
             columns[self.config.signals.index("deviation")] = np.fmax.reduce(judged_deviation, axis=1)
             judged_signals = transform_signals(np.stack(columns, axis=1), self.config.signals)
         lane_score = self.combine(lanes, self.stats.surprise(lanes, judged_signals))
+        # A lane younger than its stream waits for a warm-up of its own (module docstring). A stream's lanes that
+        # started with it are exactly as old as its gate's count says, so for them this changes nothing.
+        judged = self.stats.judged_[lanes] + np.isfinite(lane_score)
+        self.stats.judged_[lanes] = judged
+        stream_warm = self.gate.scored_[idx] + 1 >= self.gate.min_count
+        young = (judged < self.gate.min_count) & stream_warm[lane_of]
+        lane_score = np.where(young, np.nan, lane_score)
         per_lane = 1 if self.config.combine == "fisher" else len(columns)
         # Per stream: the best lane, corrected for the number of tests made (lanes with a value, × signals for max).
-        tests = np.bincount(lane_of, weights=valid.astype(np.float64), minlength=n) * per_lane
+        tests = np.bincount(lane_of, weights=(valid & ~young).astype(np.float64), minlength=n) * per_lane
         best = _best_per_stream(lane_score, lane_of, n)
         has = np.isfinite(best)
         score = np.where(has, best - np.log10(np.maximum(tests, 1)), np.nan)
@@ -1387,6 +1411,8 @@ class Detector:
         new.gate = new.gate.with_arrays(self.gate.state_dict())
         new.gate.scored_[active] = np.maximum(new.gate.scored_[active], new.gate.min_count)
         new.stats = new.stats.with_arrays(self.stats.state_dict())
+        warm = self.stats.judged_ >= self.gate.min_count
+        new.stats.judged_[warm] = np.maximum(new.stats.judged_[warm], new.gate.min_count)
         # The signals' correlations are partly the old model's: relearned from the new model's readings.
         new.stats.pairs_[:], new.stats.comoment_[:] = 0, 0.0
         new.steps = new.steps.with_arrays(self.steps.state_dict())

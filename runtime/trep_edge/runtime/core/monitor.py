@@ -39,8 +39,11 @@ Policies:
 - **Warm-up.** A stream is *warming* until it has ``detector.min_count`` scored readings; a warming reading never
   alerts, and the tracker sees it as unknown.
 - **Resets** (a gap longer than ``max_gap``, a re-anchored clock): the lane's window and detector state restart,
-  its learned scale is kept (the sensor did not change). ``reset_stream`` (a new patient on a bed) restarts the scale
-  too. The alert tracker is kept: episode numbers keep counting and an open episode stays open until post-warm-up
+  its learned scale is kept (the sensor did not change). The stream's alert gate (warm-up, record, refractory
+  period) restarts when all its lanes do; a channel of a channel-independent model restarted alone warms up on its
+  own while the others keep judging the stream (a channel sent less often than ``max_gap`` restarts at each of its
+  readings and is never judged, and its stream's other channels are). ``reset_stream`` (a new patient on a bed)
+  restarts the scale too. The alert tracker is kept: episode numbers keep counting and an open episode stays open until post-warm-up
   scores clear it.
 - **Bed events.** ``close_episodes`` clears open episodes on request (a new patient, a discharge); ``move_stream``
   gives one stream id's whole state to another (a patient moved to another bed) by renaming its rows in every
@@ -55,9 +58,9 @@ Policies:
   refractory period, hot run) and the ``deviation`` statistics describe the stream and are kept, while the model
   signals (distance, novelty: another model's outputs) are relearnt from each lane's newest ``detector.relearn``
   stored steps scored again by the new model, in engine calls of ``RELEARN_BATCH`` windows (measured in
-  bench/results/swap_relearn.json). Other inputs: windows and detector restart (pending readings are discarded),
-  logged with the fields that differ. Alert episodes are kept in every case. A checkpoint restored with another
-  model of the same inputs is handed over the same way.
+  bench/results/swap_relearn.json). Other inputs: windows and detector restart (pending readings are discarded;
+  lanes follow a changed channel mode), logged with the fields that differ. Alert episodes are kept in every case.
+  A checkpoint restored with another model of the same inputs is handed over the same way.
 """
 from __future__ import annotations
 
@@ -510,7 +513,11 @@ class Monitor:
         streams, lane_of = np.unique(self._lane_rows.stream[lanes], return_inverse=True)
         reset = batch.reset[rows]
         if reset.any():
-            self._detector.reset(np.unique(streams[lane_of[reset]]), lanes[reset])
+            # The alert gate restarts with a stream's last lane: a channel restarted alone warms up on its own.
+            hit = self._lane_rows.stream[lanes[reset]]
+            whole = np.bincount(hit, minlength=len(self._names)) == np.bincount(self._lane_rows.stream,
+                                                                                minlength=len(self._names))
+            self._detector.reset(np.unique(hit[whole[hit]]), lanes[reset])
         # Each row's prepared reading: the value its window ends on (NaN = missing), for the seasonal record.
         out = self._detector.step(streams, lanes, lane_of, raw, z, deviation, repeat, batch.prepared[rows])
         self._counters["scored"] += int(np.isfinite(out.score).sum())
@@ -710,11 +717,19 @@ class Monitor:
         lanes = self._store.n_streams
         if differs:
             store = WindowStore(engine.card, self._store.config)
-            for name in self._store.names:
+            if engine.card.channel_mode != old.card.channel_mode:
+                # Lanes follow the new mode: one per stream, or one per channel as its readings come.
+                fixed = engine.card.channel_mode != "independent"
+                self._lane_rows = LaneRows(len(self._names) if fixed else 0)
+                self._lane_rows.stream[:] = np.arange(self._lane_rows.n_streams)
+                names = self._names if fixed else []
+            else:
+                names = self._store.names
+            for name in names:
                 store.add_stream(name)
             store.counters = self._store.counters
             store.counters["discarded"] += sum(len(self._store.pending_steps(i)) for i in range(lanes))
-            self._store = store
+            self._store, lanes = store, store.n_streams
             log.warning("model swap %s -> %s: %s differ; reset the windows and scores of all %d streams",
                         old.card.name, engine.card.name, ", ".join(differs), len(self._names))  # fmt: skip
         elif same_model:
