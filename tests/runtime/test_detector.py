@@ -685,6 +685,19 @@ def test_combine_is_validated_and_overridable():
         DetectorConfig.variants(["threshold=5"])
 
 
+
+def test_settings_that_would_switch_a_part_off_silently_are_refused():
+    with pytest.raises(ValueError, match="horizon must be >= 2"):
+        DetectorConfig(horizon=1)
+    with pytest.raises(ValueError, match="schedule must be <= 8"):
+        DetectorConfig(schedule=9)
+    with pytest.raises(ValueError, match="memory x stride = 64 readings hold none"):
+        DetectorConfig(memory=16, stride=4, exclusion=64)
+    # Without novelty the memory is not read; at the edge one remembered reading is old enough.
+    assert DetectorConfig(memory=16, stride=4, exclusion=64, signals=("distance",)).exclusion == 64
+    assert DetectorConfig(memory=16, stride=4, exclusion=60, schedule=8, horizon=2).memory == 16
+
+
 # deviation: the level, the step and the step record
 
 
@@ -984,6 +997,23 @@ def test_a_model_hand_over_keeps_gate_and_deviation_and_relearns_model_signals_a
     # The short ring ends with the newest relearnt value where the kept ring writes next.
     newest = (stats["pos_"][0] - 1) % config.short
     assert new.stats.recent_[0, model[0], newest] == pytest.approx(np.log(distance[0, -1] + 1e-6))
+
+
+
+def test_a_state_saved_under_a_model_of_other_dims_loads_with_an_empty_memory():
+    # A restart with another model of the same inputs but another representation size (a retrained model of
+    # another width): everything but the representation memory describes the streams and is kept.
+    config = DetectorConfig(memory=6, stride=2, exclusion=3, min_count=5, prior_weight=0)
+    rng = np.random.default_rng(5)
+    old = Detector(config, dims=4)
+    old.add(streams=1, lanes=1)
+    for _ in range(20):
+        old.step(rows(0), rows(0), rows(0), rng.lognormal(size=1), rng.normal(size=(1, 4)))
+    new = Detector(config, dims=8)
+    new.load_state(old.state_dict())
+    assert new.memory.ring_.shape == (1, 6, 8) and new.memory.written_.tolist() == [0]
+    np.testing.assert_equal(new.gate.state_dict()["scored_"], old.gate.scored_)
+    np.testing.assert_equal(new.stats.mean_, old.stats.mean_)
 
 
 # The monitor's lanes on a real multichannel series

@@ -549,6 +549,17 @@ def test_state_round_trip_gives_identical_next_outputs(univariate_engine, round_
     np.testing.assert_equal([dataclasses.asdict(a) for a in got[1]], [dataclasses.asdict(a) for a in expected[1]])
 
 
+def test_a_restore_keeps_the_learnt_scales_under_the_scale_settings_in_force(univariate_engine):
+    engine = with_card(univariate_engine, scaling="stream")
+    monitor = Monitor(engine, detector=dataclasses.replace(SMALL_DETECTOR, scale_warmup=10, scale_adapt=20))
+    run(monitor, [value("a", t, 50 + np.cos(t)) for t in range(30)])
+    new = dataclasses.replace(SMALL_DETECTOR, scale_warmup=40, scale_adapt=500)
+    restored = Monitor.from_state(engine, npz_round_trip(monitor.state_dict()), detector=new)
+    assert (restored._scaler.warmup, restored._scaler.adapt) == (40, 500)
+    np.testing.assert_array_equal(restored._scaler.loc_, monitor._scaler.loc_)
+    assert restored._scaler.count_.tolist() == [30]
+
+
 def test_state_of_a_model_with_other_inputs_is_refused(univariate_engine, vitals_engine):
     monitor = Monitor(univariate_engine)
     run(monitor, [value("a", 0, 1.0)])

@@ -367,6 +367,17 @@ class DetectorConfig:
                              f"{MIN_CYCLE} or more are looked for in them), got {self.seasonal_after}")
         if self.step_span < STEP_BLOCKS:
             raise ValueError(f"detector step_span must be >= {STEP_BLOCKS} readings, got {self.step_span}")
+        # Settings that pass the bounds above but would switch a part off without saying so.
+        if self.horizon < 2:
+            raise ValueError(f"detector horizon must be >= 2 readings (with 1 a signal's variance stays 0 and "
+                             f"nothing is ever surprising), got {self.horizon}")
+        if self.schedule > SCHEDULE_MEMORY:
+            raise ValueError(f"detector schedule must be <= {SCHEDULE_MEMORY} (the alerts a stream remembers; 0 = "
+                             f"off), got {self.schedule}")
+        if "novelty" in self.signals and -(-self.exclusion // self.stride) >= self.memory:
+            raise ValueError(f"detector novelty compares with remembered readings older than exclusion = "
+                             f"{self.exclusion}, but memory x stride = {self.memory * self.stride} readings hold none "
+                             "that old: raise memory or stride, or lower exclusion")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (checkpoints, model cards, benchmark rows)."""
@@ -1471,11 +1482,14 @@ class Detector:
         checkpoint) has no value for it, and its arrays for the setting start fresh; a state saved before the step
         record, the stuck record, the seasonal record or the rest record gives every lane a fresh one, and so does a
         detector without the seasonal floor to a state saved with one (a stream-scaled model's, saved before
-        ``seasonal_scaled``)."""
+        ``seasonal_scaled``). A representation memory of other dims (another model's, handed over) starts empty."""
         for prefix, part in self._parts():
             sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
             fresh = not sub or prefix == "seasons" and not self.seasonal
-            if prefix in ("steps", "stuck", "seasons", "rest") and fresh:
-                setattr(self, prefix, type(part)(**part._config(), n_streams=self.stats.n_streams))
+            lanes = self.stats.n_streams
+            if prefix == "memory" and sub:  # loaded first: its lanes are its own rows
+                fresh, lanes = np.shape(sub["ring_"])[2:] != (self.dims,), len(sub["written_"])
+            if prefix in ("steps", "stuck", "seasons", "rest", "memory") and fresh:
+                setattr(self, prefix, type(part)(**part._config(), n_streams=lanes))
             else:
                 setattr(self, prefix, part.with_arrays(sub))

@@ -859,8 +859,9 @@ class Monitor:
             raise ValueError(f"monitor state is inconsistent: {lanes} lanes mapped by {self._lane_rows.n_streams}, "
                              f"{streams} streams, {self._tracker.n_streams} alert rows")  # fmt: skip
         if self._scaler is not None:
+            # The saved scales under the settings in force (scale_warmup, scale_adapt), not those saved with them.
             saved = _part(state, "scaler")
-            self._scaler = StreamScaler.from_state(saved) if saved else self._new_scaler(lanes)
+            self._scaler = self._new_scaler(lanes).with_arrays(saved) if saved else self._new_scaler(lanes)
         self._scorer = self._new_scorer(engine, lanes)
         same_model = config["sha256"] == engine.sha256 and config["card"] == engine.card.to_json()
         self._detector = self._new_detector(streams, lanes)
