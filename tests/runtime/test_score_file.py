@@ -73,6 +73,19 @@ def test_csv_has_one_row_per_step_with_scores_events_and_labels(tmp_path, univar
     assert [int(r["step"]) for r in rows if r["label"] == "1"] == [1500, 1501, 1502]
 
 
+def test_csv_keeps_every_event_of_a_step(tmp_path, univariate_engine, ucr_series):
+    result = score_recording(univariate_engine, _spiked(ucr_series), detector=STRICT)
+    events = [(7, "raised", "", "ucr/sensor:value", "stuck"), (7, "raised", "high", "ucr-1", "anomaly"),
+              (9, "cleared", "", "ucr-1", "anomaly")]
+    write_csv(dataclasses.replace(result, events=events), tmp_path / "out.csv")
+    with open(tmp_path / "out.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 1800 and [r["step"] for r in rows if r["event"]] == ["7", "9"]
+    assert [rows[7][k] for k in ("event", "severity", "alert_id", "cause")] == [
+        "raised; raised", "; high", "ucr/sensor:value; ucr-1", "stuck; anomaly"]
+    assert [rows[9][k] for k in ("event", "alert_id")] == ["cleared", "ucr-1"]
+
+
 def test_plot_is_written(tmp_path, univariate_engine, ucr_series):
     pytest.importorskip("matplotlib")
     write_plot(score_recording(univariate_engine, _spiked(ucr_series)), tmp_path / "plot.png")
@@ -175,6 +188,9 @@ def test_score_command_by_time_takes_the_files_period_and_refuses_bad_options(tm
     done = subprocess.run(base + ["--by-time"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "by time, one step every 300 s" in done.stdout
+    into = subprocess.run(base[:-4] + ["--out", str(tmp_path), "--providers", "cpu"], capture_output=True, text=True,
+                          timeout=120)  # a folder: the CSV is named after the stream
+    assert into.returncode == 0 and f"CSV: {tmp_path / 'plant.csv'}" in into.stdout, into.stderr
     for extra, message in ((["--period", "60"], "add --by-time"), (["--by-time", "--period", "-5"], "positive"),
                            (["--series", "-1"], "counts from 0")):
         bad = subprocess.run(base + extra, capture_output=True, text=True, timeout=120)
@@ -184,3 +200,18 @@ def test_score_command_by_time_takes_the_files_period_and_refuses_bad_options(tm
     plain[4] = str(tmp_path / "rows.csv")
     bad = subprocess.run(plain + ["--by-time"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "no timestamp column" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_score_takes_the_settings_of_the_route_that_names_its_model(tmp_path, univariate_model, vitals_model):
+    from trep_edge.runtime.service.commands.score import _settings_of
+    from trep_edge.runtime.service.config import load_config
+
+    (tmp_path / "m.toml").write_text(
+        f'[model]\npath = "{vitals_model}"\nengine = "full"\n[detector]\nthreshold = 7.0\n'
+        f'[[routes]]\nmatch = "plant/#"\nmodel = "{univariate_model}"\nengine = "step"\n'
+        '[routes.detector]\nthreshold = 9.0\n')  # fmt: skip
+    config = load_config(tmp_path / "m.toml", env={})
+    routed = _settings_of(config, str(univariate_model))
+    assert (routed.detector.threshold, routed.model.engine) == (9.0, "step")
+    assert _settings_of(config, str(vitals_model)).detector.threshold == 7.0
+    assert _settings_of(config, str(tmp_path / "m.toml")) is config  # a file no model entry names: [model]'s

@@ -41,7 +41,7 @@ class FileScores:
     alerts: np.ndarray  # the detector's decisions
     warming: np.ndarray
     channel: list[str]  # the channel behind each step's score ("" for a fixed-channel model)
-    events: list[tuple[int, str, str, str]]  # (step, state, severity, alert_id)
+    events: list[tuple[int, str, str, str, str]]  # (step, state, severity, alert_id, cause), in step order
     labels: np.ndarray | None
     # step -> the explanation of the raised or updated episode at that step, as the daemon publishes it
     explanations: dict[int, Explanation]
@@ -85,10 +85,15 @@ def score_recording(
 
 def write_csv(result: FileScores, path: str | Path) -> None:
     """One row per step: step, channel values, raw, score, surprise, threshold, alert, warming, channel, event,
-    severity, alert_id, cause, explanation (the alert message's, as JSON), label."""
+    severity, alert_id, cause, explanation (the alert message's, as JSON), label. A step with several events (a sensor
+    fault beside an alert, an episode cleared as the next opens) lists each event field in event order, joined by
+    ``; ``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    events = {step: rest for step, *rest in result.events}
+    at: dict[int, list[tuple[str, ...]]] = {}
+    for step, *rest in result.events:
+        at.setdefault(step, []).append(tuple(rest))
+    events = {step: tuple("; ".join(field) for field in zip(*rest)) for step, rest in at.items()}
 
     def num(v: float) -> str:
         return "" if not math.isfinite(v) else repr(float(v))

@@ -7,8 +7,12 @@ import dataclasses
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trep_edge.help_format import HelpFormatter
+
+if TYPE_CHECKING:  # the config module loads only when the command runs
+    from trep_edge.runtime.service.config import MonitorConfig
 
 
 CAUSE_WORDS = {"stuck": "stuck sensor", "implausible": "sensor fault: implausible value",
@@ -29,8 +33,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("data", help="UCR-anomaly .txt, sensor .csv (format: trep-edge train --help), or PhysioNet 2019 "
                    ".tar.gz")
     p.add_argument("--model", required=True, help="ONNX model with its card")
-    p.add_argument("--config", help="monitor TOML: its [alerts] and [monitor] settings apply")
-    p.add_argument("--out", help="CSV path (default runs/score/<stream>.csv)")
+    p.add_argument("--config", help="monitor TOML: the settings of the model it names with --model's file ([model] or "
+                   "a [[routes]] entry, overrides included: engine, [detector], [alerts], [windows]) apply; those of "
+                   "[model] when it names that file nowhere")
+    p.add_argument("--out", help="CSV path, or a folder for <stream>.csv (default runs/score/<stream>.csv)")
     p.add_argument("--plot", help="PNG path (default: the CSV path with .png)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--series", type=int, default=0, help="which series of a multi-series file (0-based)")
@@ -46,6 +52,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--providers", default="auto", help="onnxruntime providers: auto, cpu, cuda, tensorrt")
     p.add_argument("--data-root", help="data folder (default: $TREP_EDGE_DATA or ../shared/data)")
     return p
+
+
+def _settings_of(config: MonitorConfig, model: str) -> MonitorConfig:
+    """The daemon's settings for the model file ``model``: those of the route or ``[model]`` that names it (the
+    daemon would score its streams so), else ``[model]``'s."""
+    for settings in config.models():
+        path = settings.config.model.path
+        if Path(path).is_file() and Path(model).is_file() and os.path.samefile(path, model):
+            return settings.config
+    return config
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--period sets the step of --by-time scoring; add --by-time, or leave --period out")
     if args.period is not None and not (math.isfinite(args.period) and args.period > 0):
         raise ValueError(f"--period must be a positive number of seconds, got {args.period}")
-    config = load_config(args.config, os.environ, {})
-    engine = load_engine(args.model, args.providers)
+    config = _settings_of(load_config(args.config, os.environ, {}), args.model)
+    engine = load_engine(args.model, args.providers, config.model.threads, config.model.engine)
     channels = args.channels.split(",") if args.channels else None
     series_list = load_series(resolve(args.data, args.data_root), channels, parse_rename(args.rename),
                               args.series + 1, args.stream)  # fmt: skip
@@ -84,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{series.stream}: by time, one step every {period:g} s; gaps over {windows.max_gap} steps reset the "
               "stream")
     result = score_recording(engine, series, config.alerts, config.detector, windows)
-    stem = Path(args.out or f"runs/score/{series.stream}.csv")
+    stem = Path(args.out or "runs/score/")
+    if args.out is None or stem.is_dir() or args.out.endswith(("/", os.sep)):
+        stem = stem / f"{series.stream}.csv"
     write_csv(result, stem)
     judged = int(np.isfinite(result.surprise).sum())
     print(f"{series.stream}: {len(result.raw)} rows scored with {engine.card.name} (sha256 {engine.sha256[:12]}); "
