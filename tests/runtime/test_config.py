@@ -82,6 +82,14 @@ def test_secrets_in_the_toml_are_refused(tmp_path):
         load_config(path, env={})
 
 
+def test_a_checkpoint_path_that_is_a_folder_or_a_non_positive_interval_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=f"is a folder; name the checkpoint file in it, e.g. {tmp_path}/monitor"):
+        load_config(None, env={}, flags={("state", "path"): str(tmp_path)})
+    with pytest.raises(ConfigError, match="checkpoint_interval must be a positive"):
+        load_config(_write(tmp_path, "[state]\ncheckpoint_interval = 0\n"), env={})
+    assert load_config(None, env={}, flags={("state", "path"): str(tmp_path / "s.npz")}).state.path
+
+
 def test_secrets_have_no_flag():
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--mqtt-password", "hunter2"])

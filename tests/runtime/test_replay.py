@@ -55,6 +55,8 @@ def test_ett_csv_channels_can_be_picked():
     assert s.stream == "ETTh1" and s.channels == ["OT", "HUFL"] and s.values.shape[1] == 2
     with pytest.raises(ValueError, match="not present"):
         load_series(_data("ETT/ETTh1.csv"), channels=["nope"])
+    with pytest.raises(ValueError, match=r"share the name\(s\) \['OT'\] \(\['OT', 'OT'\]\)"):
+        load_series(_data("ETT/ETTh1.csv"), channels=["OT", "HUFL"], rename={"HUFL": "OT"})
 
 
 def test_reading_payload_is_what_the_monitor_parses_back_exactly():

@@ -278,6 +278,15 @@ class StateConfig:
     checkpoint_interval: float = _doc("seconds between checkpoints (also written on SIGTERM); a SIGKILL loses at "
                                       "most this much scoring history", 10.0)  # fmt: skip
 
+    def __post_init__(self) -> None:
+        # A folder would fail every write, each only logged: the daemon would run and never checkpoint.
+        if self.path and Path(self.path).is_dir():
+            raise ConfigError(f"state.path {self.path} is a folder; name the checkpoint file in it, e.g. "
+                              f"{Path(self.path) / 'monitor-state.npz'}")
+        if not self.checkpoint_interval > 0:
+            raise ConfigError(f"state.checkpoint_interval must be a positive number of seconds, got "
+                              f"{self.checkpoint_interval}")
+
 
 @dataclass
 class HttpConfig:

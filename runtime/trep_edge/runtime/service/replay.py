@@ -86,6 +86,10 @@ def load_series(
         found = found[:max_series]
     for series in found:
         series.channels = [(rename or {}).get(c, c) for c in series.channels]
+        twice = sorted({c for c in series.channels if series.channels.count(c) > 1})
+        if twice:  # one of the columns would silently stand for both
+            raise ValueError(f"{path}: after --rename, columns share the name(s) {twice} ({series.channels}); "
+                             "rename each column to a name of its own, or pick one with --channels")
     return found
 
 
