@@ -94,3 +94,13 @@ def test_an_epoch_column_whose_name_holds_a_time_word_is_timestamps_not_a_channe
 def test_a_time_word_over_values_outside_the_epoch_range_stays_a_channel(tmp_path):
     series = load_csv(write(tmp_path, "r.csv", "response_time,temp\n120,1\n95,2\n"))
     assert series.timestamps is None and series.channels == ["response_time", "temp"]
+
+
+def test_rows_newest_first_are_refused_and_a_clock_set_back_once_is_not(tmp_path):
+    newest_first = "t,x\n" + "".join(f"2024-05-01T12:{59 - m:02d}:00Z,{m}\n" for m in range(6))
+    with pytest.raises(DataFormatError, match=r"line 3: timestamps run back in time on 5 of 5 rows \(newest first"):
+        load_csv(write(tmp_path, "desc.csv", newest_first))
+    # An autumn clock change in local time: 02:30 comes twice, one step back among many forward.
+    hours = ["00:30", "01:30", "02:30", "02:00", "02:30", "03:30", "04:30"]
+    series = load_csv(write(tmp_path, "dst.csv", "t,x\n" + "".join(f"2024-10-27 {h},1\n" for h in hours)))
+    assert len(series.timestamps) == 7

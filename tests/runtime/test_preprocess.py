@@ -58,8 +58,10 @@ def test_normalisation_refuses_an_empty_channel_and_guards_constant_ones():
     norm = fit_normalisation(x)
     assert norm.std.tolist() == [1, 1]
     np.testing.assert_allclose(norm.apply(x)[:, 0], [-1, 1])
-    with pytest.raises(ValueError, match="no observed value"):
+    with pytest.raises(ValueError, match=r"channel\(s\) \[1\] have no observed value"):
         fit_normalisation(np.array([[1, nan], [2, nan]], dtype=np.float32))
+    with pytest.raises(ValueError, match=r"channel\(s\) \['EtCO2'\] have no observed value"):
+        fit_normalisation(np.array([[1, nan], [2, nan]], dtype=np.float32), names=["HR", "EtCO2"])
 
 
 # per-stream scaling (models with scaling = "stream")

@@ -102,8 +102,18 @@ def load_csv(
     if has_time:
         cells = [row[0] for row in table.rows]
         timestamps = parse_timestamps(table.header[0], cells, table.source, table.line_numbers)
+        _check_oldest_first(timestamps, table)
     _zeros_to_nan(values, channels, zero_as_missing)
     return Series(values=values, channels=channels, timestamps=timestamps, name=Path(path).stem, labels=labels)
+
+
+def _check_oldest_first(timestamps: np.ndarray, table: Table) -> None:
+    """Refuse a file whose rows mostly run back in time (an export newest first): read as it stands, every series
+    would be trained and scored backwards. A few steps back (a clock set back an hour in autumn) are let through."""
+    back = np.flatnonzero(np.diff(timestamps) < np.timedelta64(0, "ms"))
+    if len(back) * 2 > len(timestamps) - 1 > 0:
+        raise DataFormatError(table.source, f"timestamps run back in time on {len(back)} of {len(timestamps) - 1} "
+                              "rows (newest first?): sort the rows oldest first", table.line_numbers[back[0] + 1])
 
 
 def _check_row_lengths(table: Table) -> None:

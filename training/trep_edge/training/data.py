@@ -148,7 +148,7 @@ def load_training_data(
     order = adf_order(x) if differencing == "auto" else int(differencing)
     x = difference(x, order)
     # A count or burst channel of undifferenced data reaches the model as asinh(x / c) (preprocess.count_levels).
-    norm = normalisation or fit_normalisation(x, count_levels(x) if order == 0 else None)
+    norm = normalisation or fit_normalisation(x, count_levels(x) if order == 0 else None, names)
     if test_x is not None:
         longest = max(x.shape[1], test_x.shape[1])
         x, test_x = _pad_to(x, longest), norm.apply(difference(_pad_to(test_x, longest), order))

@@ -29,6 +29,9 @@ from trep_edge.training.losses import hierarchical_loss
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "trep-edge-checkpoint/1"
+MIN_SECTION = 64
+"""The shortest section the one-section warning suggests cutting a series into: the crops of a shorter one (a
+random overlap and two views around it) leave the contrasts a handful of steps."""
 
 
 @contextlib.contextmanager
@@ -251,9 +254,14 @@ class Trainer:
                 f"data has {sections.x.shape[-1]} channels, the encoder expects {self.encoder.cfg.input_dims}"
             )
         if len(sections.x) == 1:
+            steps = sections.x.shape[1]
+            # Sections shorter than MIN_SECTION leave the crops too little to learn from: then more data is the fix.
+            cut = next((steps // k for k in (8, 4, 2) if steps // k >= MIN_SECTION), None)
+            advice = (f"lower --max-train-length (e.g. to {cut}) to cut it into sections" if cut else
+                      f"it is too short to cut into sections of {MIN_SECTION} steps or more: train on a longer "
+                      "recording or on several series")  # fmt: skip
             log.warning("the data is one section of %d steps, so every batch holds one section and the instance-"
-                        "contrast loss is 0: lower --max-train-length (e.g. to %d) to cut it into sections",
-                        sections.x.shape[1], max(2, sections.x.shape[1] // 8))  # fmt: skip
+                        "contrast loss is 0: %s", steps, advice)  # fmt: skip
         if self.total_steps is None:
             self.total_steps = iterations if iterations is not None else default_iterations(self.cfg, sections)
         return self._loop(lambda: self.train_step(sections), checkpoint, progress)

@@ -123,14 +123,17 @@ class Normalisation:
                    data.get("counts"))
 
 
-def fit_normalisation(x: np.ndarray, counts: np.ndarray | None = None) -> Normalisation:
+def fit_normalisation(
+    x: np.ndarray, counts: np.ndarray | None = None, names: list[str] | None = None
+) -> Normalisation:  # fmt: skip
     """Per-channel NaN-aware mean and std over every axis but the last of ``bend(x, counts)``; a constant channel gets
-    std 1."""
+    std 1. A channel without any value is refused, by its name in ``names`` when given."""
     flat = np.asarray(bend(x, counts), dtype=np.float64).reshape(-1, x.shape[-1])
     observed = ~np.isnan(flat)
     if not observed.any(axis=0).all():
         empty = np.flatnonzero(~observed.any(axis=0)).tolist()
-        raise ValueError(f"channel(s) {empty} have no observed value: drop them or choose other channels")
+        named = [names[i] for i in empty] if names else empty
+        raise ValueError(f"channel(s) {named} have no observed value: drop them or choose other channels")
     mean = np.nanmean(flat, axis=0)
     std = np.nanstd(flat, axis=0)
     std = np.where(std > 1e-8, std, 1.0)
