@@ -127,6 +127,27 @@ def test_scaler_follows_slowly_after_warm_up_and_skips_outliers():
     assert (scaler.loc_[0], scaler.scale_[0]) == before and scaler.count_[0] == 4
 
 
+def test_a_warm_up_on_an_idle_sensor_starts_again_and_keeps_its_still_scale_as_the_least():
+    # 150 readings at 5.0, then a signal of amplitude 2 around 8: the warm-up (10) ends on the moving readings.
+    scaler = StreamScaler(warmup=10, adapt=100, n_streams=1)
+    history = np.concatenate([np.full(31, nan), np.full(150, 5.0), 8.0 + 2 * np.sin(np.arange(1, 61) / 3)])
+    for t in range(31, len(history)):
+        if t == 31 + 150:  # still idle: the warm-up began again at each tenth reading
+            assert scaler.count_[0] == 0 and scaler.still_[0] and scaler.scale_[0] == pytest.approx(0.05)
+        scaler.update(np.array([0]), history[None, t - 31 : t + 1])
+    assert scaler.count_[0] == 60 and 0.5 < scaler.scale_[0] < 3  # the moving signal's scale, not 0.05
+    # A channel at 99 that steps to 98 now and then keeps 1 % of its level as its least scale.
+    frozen = StreamScaler(warmup=10, adapt=0, n_streams=1)
+    steady = np.concatenate([np.full(31, nan), np.full(20, 99.0), np.tile([99.0] * 9 + [98.0], 6)])
+    for t in range(31, len(steady)):
+        frozen.update(np.array([0]), steady[None, t - 31 : t + 1])
+    assert frozen.still_[0] and frozen.scale_[0] == pytest.approx(0.99)
+    # A still stretch that ends before the warm-up does is not an idle start: nothing changes for it.
+    fresh = StreamScaler(warmup=10, adapt=0, n_streams=1)
+    _learn(fresh, 0, [5.0] * 5 + [5.0 + k for k in range(5)], window=32)
+    assert not fresh.still_[0] and fresh.count_[0] == 10
+
+
 def test_scaler_applies_location_and_scale_and_clips():
     scaler = StreamScaler(warmup=2, clip=5.0, n_streams=2)
     scaler.loc_[:], scaler.scale_[:] = [1.0, -2.0], [2.0, 0.5]

@@ -43,8 +43,8 @@ Policies:
   period) restarts when all its lanes do; a channel of a channel-independent model restarted alone warms up on its
   own while the others keep judging the stream (a channel sent less often than ``max_gap`` restarts at each of its
   readings and is never judged, and its stream's other channels are). ``reset_stream`` (a new patient on a bed)
-  restarts the scale too. The alert tracker is kept: episode numbers keep counting and an open episode stays open until post-warm-up
-  scores clear it.
+  restarts the scale too. The alert tracker is kept: episode numbers keep counting and an open episode stays open
+  until post-warm-up scores clear it.
 - **Bed events.** ``close_episodes`` clears open episodes on request (a new patient, a discharge); ``move_stream``
   gives one stream id's whole state to another (a patient moved to another bed) by renaming its rows in every
   holder, so the new id scores on without a warm-up.

@@ -178,6 +178,12 @@ def count_levels(values: np.ndarray) -> np.ndarray:
     return levels
 
 
+def still_scale(level: np.ndarray) -> np.ndarray:
+    """The scale of a channel that holds still at ``level``: 1 % of it, at least 1e-3, so that its first move reads
+    as large but finite."""
+    return np.maximum(np.abs(level) * 0.01, 1e-3)
+
+
 def robust_location_scale(values: np.ndarray, floor: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """NaN-aware median and robust scale of each row of ``[n, T]``: IQR/1.349, at least ``floor`` (per row or for
     all) times the mean absolute deviation's σ-estimate ``1.2533 · mean |x − median|``; where that is 0,
@@ -209,7 +215,7 @@ def robust_location_scale(values: np.ndarray, floor: np.ndarray | float = 0.0) -
         spread = np.maximum(spread, floor * 1.2533 * mean(away, axis=1))
     mad = quantile(away, 0.5, axis=1) * 1.4826
     std = stdev(xs, axis=1)
-    fallback = np.maximum(np.abs(med) * 0.01, 1e-3)
+    fallback = still_scale(med)
     spread = np.where(spread > 0, spread, np.where(mad > 0, mad, np.where(std > 0, std, fallback)))
     loc[seen], scale[seen] = med, spread
     return loc, scale
@@ -222,7 +228,13 @@ class StreamScaler(StreamState):
     recomputed at each of them); afterwards both follow the readings slowly (exponential, weight ``1/adapt``;
     ``adapt = 0`` freezes them), skipping readings more than ``outlier`` scales away, so an anomaly never becomes
     the stream's scale. ``apply`` maps values to ``(x − loc) / scale``, clipped to ±``clip``.
-    State: ``loc_``, ``scale_`` ``[S]`` float64, ``count_`` ``[S]`` readings seen.
+    A warm-up does not end on a window whose readings are all one value (a sensor idle since the lane started): it
+    starts again, so the scale is learnt on the readings that move. Ended there, its scale was ``still_scale``, every
+    later reading of a running machine lay beyond ``outlier`` of it and was skipped, and each window was clipped for
+    good. The lane keeps ``still_scale`` of its level as its least scale: a channel that holds at 99 and steps by 1
+    now and then is read in such steps, not in the spread of its rare moves.
+    State: ``loc_``, ``scale_`` ``[S]`` float64, ``count_`` ``[S]`` readings seen (since the warm-up last began),
+    ``still_`` ``[S]`` the lane's warm-up met a still window.
     """
 
     def __init__(
@@ -235,7 +247,8 @@ class StreamScaler(StreamState):
         super().__init__(n_streams)
 
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
-        return {"loc_": np.zeros(n), "scale_": np.ones(n), "count_": np.zeros(n, dtype=np.int64)}
+        return {"loc_": np.zeros(n), "scale_": np.ones(n), "count_": np.zeros(n, dtype=np.int64),
+                "still_": np.zeros(n, dtype=bool)}
 
     def _config(self) -> dict[str, Any]:
         return {"warmup": self.warmup, "adapt": self.adapt, "outlier": self.outlier, "clip": self.clip}
@@ -246,10 +259,19 @@ class StreamScaler(StreamState):
         x = windows[:, -1]
         seen = np.isfinite(x)
         count = self.count_[idx] + seen
+        ending = np.flatnonzero(seen & (count == self.warmup))  # the warm-up's last reading: on a still window?
+        if ending.size:
+            last = windows[ending]
+            again = ending[(np.fmax.reduce(last, axis=1) == np.fmin.reduce(last, axis=1))
+                           & (np.isfinite(last).sum(axis=1) > 1)]  # fmt: skip
+            count[again] = 0
+            self.still_[idx[again]] = True
         early = seen & (count <= self.warmup)
         if early.any():
             rows = idx[early]
-            self.loc_[rows], self.scale_[rows] = robust_location_scale(windows[early])
+            loc, scale = robust_location_scale(windows[early])
+            self.loc_[rows] = loc
+            self.scale_[rows] = np.where(self.still_[rows], np.maximum(scale, still_scale(loc)), scale)
         late = seen & ~early & (self.adapt > 0)
         if late.any():
             rows, value = idx[late], x[late]
