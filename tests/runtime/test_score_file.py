@@ -214,4 +214,5 @@ def test_score_takes_the_settings_of_the_route_that_names_its_model(tmp_path, un
     routed = _settings_of(config, str(univariate_model))
     assert (routed.detector.threshold, routed.model.engine) == (9.0, "step")
     assert _settings_of(config, str(vitals_model)).detector.threshold == 7.0
-    assert _settings_of(config, str(tmp_path / "m.toml")) is config  # a file no model entry names: [model]'s
+    other = _settings_of(config, str(tmp_path / "m.toml"))  # a file no model entry names: [model]'s, engine auto
+    assert (other.detector.threshold, other.model.engine) == (7.0, "auto")

@@ -56,12 +56,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def _settings_of(config: MonitorConfig, model: str) -> MonitorConfig:
     """The daemon's settings for the model file ``model``: those of the route or ``[model]`` that names it (the
-    daemon would score its streams so), else ``[model]``'s."""
+    daemon would score its streams so), else ``[model]``'s with the engine left to the model (``auto``: an engine
+    forced for another file may not be in this one)."""
     for settings in config.models():
         path = settings.config.model.path
         if Path(path).is_file() and Path(model).is_file() and os.path.samefile(path, model):
             return settings.config
-    return config
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, engine="auto"))
 
 
 def run(args: argparse.Namespace) -> int:
