@@ -267,6 +267,17 @@ def test_debounce_alerts_once_per_run_of_hot_readings_on_its_debounce_th():
     assert alerts == [False, False, False, True, False, False, False, True]
 
 
+def test_a_debounced_run_is_not_its_own_record_before_it_alerts():
+    # The record must not learn the first reading of a run waiting for its second: at 8.2 it would set the bar at 6
+    # (the cap) and the run's later readings of 4.5-5.5 would never be hot.
+    gate = AlertGate(threshold=4.0, min_count=1, refractory=5, protect=10, debounce=2, record_decay=0.01,
+                     record_cap=6.0, n_streams=1)  # fmt: skip
+    scores = [1.0, 1.5, 8.2, 5.0, 5.5, 4.5, 1.0]
+    alerts = [bool(gate.decide(rows(0), np.array([s]))[0][0]) for s in scores]
+    assert alerts == [False, False, False, True, False, False, False]
+    assert gate.record_[0] == pytest.approx(1.5 - 5 * 0.01)  # 1.5, decayed: the run is the event's, not the normal
+
+
 def test_the_record_of_surprises_outside_alerts_raises_the_bar_and_decays():
     gate = AlertGate(threshold=1.0, min_count=1, refractory=2, protect=10, record_decay=0.5, n_streams=1)
     # 5 alerts; 6 two readings later is held back by the refractory period and becomes the record; 4.4 three

@@ -1177,7 +1177,10 @@ class AlertGate(StreamState):
                 self.times_[s] = np.roll(self.times_[s], 1)
                 self.times_[s, 0] = steps[row]
         self.alerted_[idx] = hot & (self.alerted_[idx] | alert)
-        normal = scored & ~warming & ~self.alerted_[idx]
+        # A hot reading of a run still short of ``debounce`` is the event's, not the normal: in the record it raised
+        # the next reading's bar to its own score, and a run of surprises 4.5–8.2 stopped being hot before it alerted.
+        pending = hot & free & (hot_run < self.debounce)
+        normal = scored & ~warming & ~self.alerted_[idx] & ~pending
         level = scored & ~warming & (score >= self.threshold)  # in a run at or above the threshold
         if not self.record_held:  # a run the refractory period holds back is the alerted event's, not the normal
             normal &= ~(level & (since <= self.refractory))
