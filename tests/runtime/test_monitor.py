@@ -549,6 +549,20 @@ def test_state_round_trip_gives_identical_next_outputs(univariate_engine, round_
     np.testing.assert_equal([dataclasses.asdict(a) for a in got[1]], [dataclasses.asdict(a) for a in expected[1]])
 
 
+def test_a_stream_scaled_lane_idle_since_its_start_is_judged_from_its_first_reading_that_moves(univariate_engine):
+    # The scale's warm-up (20) ends on a still window at reading 19: from there the lane is idle, its detector
+    # restarts at each reading, and the stream warms up again from reading 60, where the machine starts.
+    engine = with_card(univariate_engine, scaling="stream", channel_mode="independent")
+    monitor = Monitor(engine, detector=cold(10, scale_warmup=20))
+    readings = [Reading("a", float(T0 + t), {"x": 5.0 if t < 60 else 5.0 + np.cos(t / 2) + FAULT * (t == 100)})
+                for t in range(110)]  # fmt: skip
+    scored, alerts = run(monitor, readings)
+    warming = [s.step - T0 for s in scored if s.warming]
+    assert set(range(20, 70)) <= set(warming) and max(warming) == 69  # ten scored readings from reading 60
+    assert [a.timestamp - T0 for a in alerts if a.state == "raised"] == [100]
+    assert monitor.streams == {"a": "active"}
+
+
 def test_a_restore_keeps_the_learnt_scales_under_the_scale_settings_in_force(univariate_engine):
     engine = with_card(univariate_engine, scaling="stream")
     monitor = Monitor(engine, detector=dataclasses.replace(SMALL_DETECTOR, scale_warmup=10, scale_adapt=20))

@@ -132,10 +132,12 @@ def test_a_warm_up_on_an_idle_sensor_starts_again_and_keeps_its_still_scale_as_t
     scaler = StreamScaler(warmup=10, adapt=100, n_streams=1)
     history = np.concatenate([np.full(31, nan), np.full(150, 5.0), 8.0 + 2 * np.sin(np.arange(1, 61) / 3)])
     for t in range(31, len(history)):
-        if t == 31 + 150:  # still idle: the warm-up began again at each tenth reading
+        if t == 31 + 150:  # still idle: the warm-up began again at the tenth reading and waits for a move
             assert scaler.count_[0] == 0 and scaler.still_[0] and scaler.scale_[0] == pytest.approx(0.05)
+            assert scaler.idle(np.array([0]))[0]
         scaler.update(np.array([0]), history[None, t - 31 : t + 1])
     assert scaler.count_[0] == 60 and 0.5 < scaler.scale_[0] < 3  # the moving signal's scale, not 0.05
+    assert not scaler.idle(np.array([0]))[0]
     # A channel at 99 that steps to 98 now and then keeps 1 % of its level as its least scale.
     frozen = StreamScaler(warmup=10, adapt=0, n_streams=1)
     steady = np.concatenate([np.full(31, nan), np.full(20, 99.0), np.tile([99.0] * 9 + [98.0], 6)])

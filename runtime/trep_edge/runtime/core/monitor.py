@@ -42,9 +42,11 @@ Policies:
   its learned scale is kept (the sensor did not change). The stream's alert gate (warm-up, record, refractory
   period) restarts when all its lanes do; a channel of a channel-independent model restarted alone warms up on its
   own while the others keep judging the stream (a channel sent less often than ``max_gap`` restarts at each of its
-  readings and is never judged, and its stream's other channels are). ``reset_stream`` (a new patient on a bed)
-  restarts the scale too. The alert tracker is kept: episode numbers keep counting and an open episode stays open
-  until post-warm-up scores clear it.
+  readings and is never judged, and its stream's other channels are). A stream-scaled lane idle since it started
+  (``StreamScaler.idle``: its scale's warm-up ended on one repeated value) restarts its detector state at each
+  reading until one moves: statistics of an idle sensor read the machine's start as an anomaly (the idle-start
+  round, docs/detection.md). ``reset_stream`` (a new patient on a bed) restarts the scale too. The alert tracker
+  is kept: episode numbers keep counting and an open episode stays open until post-warm-up scores clear it.
 - **Bed events.** ``close_episodes`` clears open episodes on request (a new patient, a discharge); ``move_stream``
   gives one stream id's whole state to another (a patient moved to another bed) by renaming its rows in every
   holder, so the new id scores on without a warm-up.
@@ -452,9 +454,11 @@ class Monitor:
         deviation = np.full((len(batch), 2, self._lane_channels), np.nan)
         repeat = np.full((len(batch), self._lane_channels), np.nan)
         inputs = batch.windows  # the windows the model saw, one per complete row (scaled for stream-scaled models)
+        restart = batch.reset  # rows whose lane's detector restarts: a store reset, or a scale that learns anew
         started = time.perf_counter()
         if batch.windows.shape[0]:
-            inputs = self._scaled_windows(batch, rounds, np.flatnonzero(batch.complete))
+            inputs, idle = self._scaled_windows(batch, rounds, np.flatnonzero(batch.complete))
+            restart = restart | idle
             # Both before the stream scaling, which clips and moves the level: a level far beyond what the scale has
             # learnt would repeat the clip, and a constant window's scale floor (1 % of its level) would follow it.
             tied = count_channels(self._store.normalisation.counts, self._lane_channels)
@@ -472,18 +476,23 @@ class Monitor:
         window_of = np.cumsum(batch.complete) - 1 if len(inputs) else np.full(len(batch), -1)
         window_of[~batch.complete] = -1
         for rows in rounds:
-            self._step_round(batch, rows, raw[rows], z[rows], deviation[rows], repeat[rows], (inputs, window_of),
-                             scored, alerts)  # fmt: skip
+            self._step_round(batch, rows, restart[rows], raw[rows], z[rows], deviation[rows], repeat[rows],
+                             (inputs, window_of), scored, alerts)  # fmt: skip
         sensor, self._sensor = self._sensor, []
         gate, rows = self._detector.gate, {s.stream: self._index[s.stream] for s in scored}
         at = np.fromiter(rows.values(), dtype=np.int64, count=len(rows))
         hot_runs = dict(zip(rows, np.where(gate.alerted_[at], 0, gate.hot_[at]).tolist()))
         return TickResult(scored, alerts, rows_sent, seconds, sensor, hot_runs)
 
-    def _scaled_windows(self, batch: StepBatch, rounds: list[np.ndarray], complete: np.ndarray) -> np.ndarray:
-        """The batch's windows, each scaled by its lane's statistics up to its step (stream-scaled models)."""
+    def _scaled_windows(
+        self, batch: StepBatch, rounds: list[np.ndarray], complete: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """The batch's windows, each scaled by its lane's statistics up to its step (stream-scaled models), and the
+        rows whose lane's scale warm-up starts again, every channel still idle (``StreamScaler.idle``): the detector
+        restarts such a lane, whose statistics of an idle sensor say nothing of the machine once it runs."""
+        idle = np.zeros(len(batch), dtype=bool)
         if self._scaler is None:
-            return batch.windows
+            return batch.windows, idle
         windows = np.array(batch.windows, dtype=np.float32)
         position = np.full(len(batch), -1)
         position[complete] = np.arange(len(complete))
@@ -495,12 +504,14 @@ class Monitor:
             if pos.size:
                 scaler_rows = (lanes[:, None] * c + np.arange(c)).ravel()
                 windows[pos] = scale_windows(self._scaler, scaler_rows, windows[pos])
-        return windows
+                idle[rows[position[rows] >= 0]] = self._scaler.idle(scaler_rows).reshape(-1, c).all(axis=1)
+        return windows, idle
 
     def _step_round(
         self,
         batch: StepBatch,
         rows: np.ndarray,
+        reset: np.ndarray,
         raw: np.ndarray,
         z: np.ndarray,
         deviation: np.ndarray,
@@ -511,7 +522,6 @@ class Monitor:
     ) -> None:
         lanes = batch.stream_idx[rows]
         streams, lane_of = np.unique(self._lane_rows.stream[lanes], return_inverse=True)
-        reset = batch.reset[rows]
         if reset.any():
             # The alert gate restarts with a stream's last lane: a channel restarted alone warms up on its own.
             hit = self._lane_rows.stream[lanes[reset]]

@@ -229,7 +229,8 @@ class StreamScaler(StreamState):
     ``adapt = 0`` freezes them), skipping readings more than ``outlier`` scales away, so an anomaly never becomes
     the stream's scale. ``apply`` maps values to ``(x − loc) / scale``, clipped to ±``clip``.
     A warm-up does not end on a window whose readings are all one value (a sensor idle since the lane started): it
-    starts again, so the scale is learnt on the readings that move. Ended there, its scale was ``still_scale``, every
+    starts again, and begins only at the first reading that moves (``idle`` until then), so the scale is learnt on
+    the readings that move. Ended there, its scale was ``still_scale``, every
     later reading of a running machine lay beyond ``outlier`` of it and was skipped, and each window was clipped for
     good. The lane keeps ``still_scale`` of its level as its least scale: a channel that holds at 99 and steps by 1
     now and then is read in such steps, not in the spread of its rare moves.
@@ -259,11 +260,12 @@ class StreamScaler(StreamState):
         x = windows[:, -1]
         seen = np.isfinite(x)
         count = self.count_[idx] + seen
-        ending = np.flatnonzero(seen & (count == self.warmup))  # the warm-up's last reading: on a still window?
-        if ending.size:
-            last = windows[ending]
-            again = ending[(np.fmax.reduce(last, axis=1) == np.fmin.reduce(last, axis=1))
-                           & (np.isfinite(last).sum(axis=1) > 1)]  # fmt: skip
+        # On a still window: the warm-up's last reading, or any reading of a warm-up that began again on one.
+        check = np.flatnonzero(seen & ((count == self.warmup) | (self.still_[idx] & (count <= self.warmup))))
+        if check.size:
+            last = windows[check]
+            again = check[(np.fmax.reduce(last, axis=1) == np.fmin.reduce(last, axis=1))
+                          & (np.isfinite(last).sum(axis=1) > 1)]  # fmt: skip
             count[again] = 0
             self.still_[idx[again]] = True
         early = seen & (count <= self.warmup)
@@ -284,6 +286,11 @@ class StreamScaler(StreamState):
             self.scale_[rows] = np.maximum(scale + r * (np.abs(value - loc) * math.sqrt(math.pi / 2) - scale),
                                            1e-12)  # fmt: skip
         self.count_[idx] = count
+
+    def idle(self, idx: np.ndarray) -> np.ndarray:
+        """Whether each selected lane's last reading left it idle: its warm-up began again on a still window and
+        waits for a reading that moves (class docstring)."""
+        return self.still_[idx] & (self.count_[idx] == 0)
 
     def apply(self, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
         """``values [n, ...]`` of the selected lanes, scaled with each lane's current location and scale."""
