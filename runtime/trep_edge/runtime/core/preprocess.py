@@ -230,10 +230,10 @@ class StreamScaler(StreamState):
     the stream's scale. ``apply`` maps values to ``(x − loc) / scale``, clipped to ±``clip``.
     A warm-up does not end on a window whose readings are all one value (a sensor idle since the lane started): it
     starts again, and begins only at the first reading that moves (``idle`` until then), so the scale is learnt on
-    the readings that move. Ended there, its scale was ``still_scale``, every
-    later reading of a running machine lay beyond ``outlier`` of it and was skipped, and each window was clipped for
-    good. The lane keeps ``still_scale`` of its level as its least scale: a channel that holds at 99 and steps by 1
-    now and then is read in such steps, not in the spread of its rare moves.
+    the readings that move. Ended there, its scale was ``still_scale``, every later reading of a running machine lay
+    beyond ``outlier`` of it and was skipped, and each window was clipped for good. The lane keeps ``still_scale``
+    of its level as its least scale: a channel that holds at 99 and steps by 1 now and then is read in such steps,
+    not in the spread of its rare moves.
     State: ``loc_``, ``scale_`` ``[S]`` float64, ``count_`` ``[S]`` readings seen (since the warm-up last began),
     ``still_`` ``[S]`` the lane's warm-up met a still window.
     """
