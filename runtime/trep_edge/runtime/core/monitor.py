@@ -498,13 +498,12 @@ class Monitor:
         position[complete] = np.arange(len(complete))
         c = self.engine.card.input_dims
         for rows in rounds:
-            pos = position[rows]
-            lanes = batch.stream_idx[rows][pos >= 0]
-            pos = pos[pos >= 0]
-            if pos.size:
-                scaler_rows = (lanes[:, None] * c + np.arange(c)).ravel()
+            kept = rows[position[rows] >= 0]  # the round's complete rows
+            if kept.size:
+                pos = position[kept]
+                scaler_rows = (batch.stream_idx[kept][:, None] * c + np.arange(c)).ravel()
                 windows[pos] = scale_windows(self._scaler, scaler_rows, windows[pos])
-                idle[rows[position[rows] >= 0]] = self._scaler.idle(scaler_rows).reshape(-1, c).all(axis=1)
+                idle[kept] = self._scaler.idle(scaler_rows).reshape(-1, c).all(axis=1)
         return windows, idle
 
     def _step_round(
