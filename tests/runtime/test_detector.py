@@ -910,6 +910,85 @@ def test_the_general_model_alerts_a_frozen_sensor_a_few_readings_into_the_freeze
                                   detect_recording(engine, y[:, None], DetectorConfig(stuck=0)).alerts)
 
 
+def _paused(x, stop=10):
+    """Each reading's ``StuckRecord.paused`` for one lane fed the rows of ``x [T, C]`` in order."""
+    record = StuckRecord(channels=x.shape[1], history=1000, stop=stop, n_streams=1)
+    out = []
+    for t in range(1, len(x)):
+        repeat = window_repeats(x[None, t - 1 : t + 1])
+        out.append(bool(record.paused(rows(0), repeat)[0]))
+        record.surprise(rows(0), repeat)
+    return np.flatnonzero(out) + 1
+
+
+def test_a_lane_stopped_for_stop_readings_pauses_until_its_windows_are_free_of_the_stop():
+    x = np.random.default_rng(0).normal(size=(120, 2))
+    x[40:70] = x[39]  # both channels hold one value from reading 39 to 69, and move at 70
+    # Paused from the stop's 10th reading (48) while it lasts, then for 10 readings after it moves (70-79); a lane
+    # still from its start (its first 10 readings, for example) has not shown that it moves, and is not stopped.
+    np.testing.assert_array_equal(_paused(x), np.arange(48, 80))
+    one = x.copy()
+    one[40:70, 1] = np.arange(30.0)  # one channel keeps moving: no stop
+    assert _paused(one).size == 0
+    valve = np.zeros((300, 1))
+    valve[::25] = 1.0  # at rest by nature: most readings repeat, and a still stretch is its normal
+    assert _paused(valve).size == 0
+
+
+def test_a_stop_of_a_young_channel_alerts_as_stuck_at_its_stop_th_reading():
+    x = np.r_[np.arange(200.0), np.full(60, 199.0)]  # 200 pairs of history, far fewer than stuck_history
+    record = StuckRecord(channels=1, history=1000, stop=50, n_streams=1)
+    fresh = np.array([record.surprise(rows(0), window_repeats(x[t - 1 : t + 1, None][None]))[1][0]
+                      for t in range(1, len(x))])  # fmt: skip
+    judged = np.flatnonzero(np.isfinite(fresh)) + 1
+    assert judged[0] == 199 + 49  # the run's 50th reading: 49 readings beyond the longest run (1), at 1 in 201
+    assert fresh[judged[0] - 1] == pytest.approx(49 * math.log10(201))
+    assert np.isnan(_stuck(x, history=1000)[0]).all()  # without a stop the history must come first
+
+
+def test_a_paused_lane_learns_nothing_and_survives_a_save_and_restore_mid_wake():
+    config = DetectorConfig(min_count=1, min_warmup=1, stop=20, stuck_history=1000)
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=300)
+    x[100:160] = x[99]  # a stop of 61 readings, then 20 readings of waking (160-179)
+    distance = rng.lognormal(size=300)
+
+    def run(restore_at=None):
+        detector = Detector(config, dims=2)
+        detector.add(streams=1, lanes=1)
+        counts, scores = [], []
+        for t in range(1, len(x)):
+            if t == restore_at:
+                saved, detector = detector.state_dict(), Detector(config, dims=2)
+                detector.load_state(npz_round_trip(saved))
+            out = detector.step(rows(0), rows(0), rows(0), distance[t : t + 1], np.zeros((1, 2)), None,
+                                window_repeats(x[None, t - 1 : t + 1, None]))  # fmt: skip
+            counts.append(int(detector.stats.count_[0, 0]))
+            scores.append(float(out.lane_score[0]))  # the anomaly signals' (the stop's stuck run has its own)
+        return np.array(counts), np.array(scores)
+
+    counts, scores = run()
+    # Nothing is learned or judged from the stop's 20th reading (119) to the end of the wake (179).
+    assert counts[118 - 1] == counts[179 - 1] < counts[180 - 1]
+    assert np.isnan(scores[119 - 1 : 179]).all() and np.isfinite(scores[180 - 1])
+    restored = run(restore_at=170)
+    np.testing.assert_array_equal(restored[0], counts)
+    np.testing.assert_array_equal(restored[1], scores)
+
+
+def test_the_general_model_alerts_a_machine_stop_once_and_judges_the_readings_after_it():
+    rng = np.random.default_rng(7)
+    x = 20 + 5 * np.sin(2 * np.pi * np.arange(2000) / 96) + rng.normal(0, 0.5, 2000)
+    x[600:1000] = x[599]  # the machine stops for 400 readings, before its channel has a stuck history
+    x[1150:1153] += 10  # a fault 150 readings after the restart
+    engine = load_engine(Path(__file__).resolve().parents[2] / "models" / "general.onnx", "cpu")
+    raised = [(t, cause) for t, state, _, _, cause in detect_recording(engine, x[:, None]).events if state == "raised"]
+    assert raised == [(599 + 127, "stuck"), (1150, "anomaly")]  # the stop at its 128th reading, then the fault
+    # Judged, the restart read as thousands of scales and alerted, and its refractory period hid the fault.
+    before = detect_recording(engine, x[:, None], DetectorConfig(stop=0)).events
+    assert [(t, cause) for t, state, _, _, cause in before if state == "raised"] == [(1000, "anomaly")]
+
+
 def test_the_general_model_alerts_a_burst_that_comes_right_after_an_ordinary_alert():
     rng = np.random.default_rng(2)
     n = 1000

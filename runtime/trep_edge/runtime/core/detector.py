@@ -277,6 +277,13 @@ class DetectorConfig:
             more; 0 = every change out of a still window is judged plainly (hundreds or thousands of scales: its
             scale is a hundredth of its level). Long streams 34.9 → 36.0 at committed alerts (46.6 → 49.4 tuned),
             the quick corpus unchanged (docs/detection.md, the rest round).
+        stop: readings every channel of a lane must hold one value for the lane to count as stopped (a machine at a
+            standstill, or a frozen sensor), once each has shown that it moves by nature; 0 = never. A stopped lane
+            is not judged or learned, nor for as many readings after it moves again, while the windows it is judged
+            against still hold the stop; such a run alerts as a stuck sensor, whatever the history
+            ``stuck_history`` asks for. Judged, a restart read as thousands of scales out of a still window: it
+            alerted, its refractory period hid what came next, and the stop's readings taught the statistics a
+            still machine (docs/detection.md, the stop round).
     """
 
     signals: tuple[str, ...] = SIGNALS
@@ -326,6 +333,7 @@ class DetectorConfig:
     seasonal_need: int = 5
     seasonal_scaled: bool = False
     rest_ratio: float = 1.5
+    stop: int = 128
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
@@ -342,7 +350,7 @@ class DetectorConfig:
         if self.tail_dof < 0 or self.tail_dof % 2:
             raise ValueError(f"detector tail_dof must be even and >= 2, or 0 for the Gaussian tail, got {self.tail_dof}")
         for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn", "peaks",
-                     "quiet_after", "stuck_history", "schedule", "seasonal_need"):
+                     "quiet_after", "stuck_history", "schedule", "seasonal_need", "stop"):
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
         for name in ("record_decay", "peak_decay", "budget", "budget_cost", "quiet", "quiet_margin", "stuck",
@@ -794,22 +802,23 @@ class StuckRecord(StreamState):
     how often it repeats by itself; a current run of ``r`` > ``L`` readings (and at least ``STUCK_MIN_RUN``) has
     surprise ``(r − max(L, 1)) · (−log10 p)``, the chance of that many extra repeats in a row, less ``log10`` of the
     lane's channels. A channel that never repeats reaches the threshold within a few identical readings; a quantised
-    channel that often holds its value must hold it longer than it ever has. Once a run has alerted, it does not
-    again. A missing reading ends the run. State: ``run_``, ``longest_``, ``pairs_``, ``repeats_`` ``[S, C]`` (int),
-    ``alerted_`` ``[S, C]`` (bool).
+    channel that often holds its value must hold it longer than it ever has. Runs are judged once the channel has
+    ``history`` pairs, or once a run is a ``stop`` (``paused``) long. Once a run has alerted, it does not again. A
+    missing reading ends the run. State: ``run_``, ``longest_``, ``pairs_``, ``repeats_`` ``[S, C]`` (int),
+    ``alerted_`` ``[S, C]`` (bool), ``waking_`` ``[S]`` (readings a lane that moved again after a stop stays paused).
     """
 
-    def __init__(self, channels: int = 1, history: int = 100, n_streams: int = 0) -> None:
-        self.channels, self.history = int(channels), int(history)
+    def __init__(self, channels: int = 1, history: int = 100, stop: int = 0, n_streams: int = 0) -> None:
+        self.channels, self.history, self.stop = int(channels), int(history), int(stop)
         super().__init__(n_streams)
 
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
         zeros = functools.partial(np.zeros, (n, self.channels), dtype=np.int64)
         return {"run_": zeros(), "longest_": zeros(), "pairs_": zeros(), "repeats_": zeros(),
-                "alerted_": np.zeros((n, self.channels), dtype=bool)}  # fmt: skip
+                "alerted_": np.zeros((n, self.channels), dtype=bool), "waking_": np.zeros(n, dtype=np.int64)}  # fmt: skip
 
     def _config(self) -> dict[str, Any]:
-        return {"channels": self.channels, "history": self.history}
+        return {"channels": self.channels, "history": self.history, "stop": self.stop}
 
     def surprise(self, idx: np.ndarray, repeat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Record one reading's ``window_repeats`` ``[n, C]`` for each selected lane; return the surprise of each
@@ -833,7 +842,9 @@ class StuckRecord(StreamState):
         self, run: np.ndarray, longest: np.ndarray, pairs: np.ndarray, repeats: np.ndarray
     ) -> np.ndarray:  # fmt: skip
         bar = np.maximum(longest, 1)
-        judged = (run >= STUCK_MIN_RUN) & (run > bar) & (pairs >= self.history)
+        # A run as long as a stop of a channel that moves by nature is judged on whatever history the channel has.
+        stopped = (run >= self.stop) & self._moves(pairs, repeats) if self.stop else False
+        judged = (run >= STUCK_MIN_RUN) & (run > bar) & ((pairs >= self.history) | stopped)
         return np.where(judged, (run - bar) * -np.log10((repeats + 1) / (pairs + 2)), -np.inf)
 
     def _best(self, channel: np.ndarray) -> np.ndarray:
@@ -849,6 +860,29 @@ class StuckRecord(StreamState):
             pairs, repeats = self.pairs_[idx], self.repeats_[idx]
             rest &= (pairs >= self.history) & ((repeats + 1) / (pairs + 2) >= REST_SHARE)
         return rest
+
+    def _moves(self, pairs: np.ndarray, repeats: np.ndarray) -> np.ndarray:
+        """Whether each channel has shown that it moves by nature: ``stop`` pairs of readings before its current run,
+        fewer than ``REST_SHARE`` of them repeats. A lane still since it started has not (a machine not yet run)."""
+        return (pairs >= self.stop) & ((repeats + 1) / (pairs + 2) < REST_SHARE)
+
+    def paused(self, idx: np.ndarray, repeat: np.ndarray) -> np.ndarray:
+        """Whether each selected lane's reading is left unjudged and unlearned (``DetectorConfig.stop``), given its
+        ``window_repeats`` ``[n, C]``, before ``surprise`` records it: the lane is *stopped* (every channel repeats
+        in a run of at least ``stop`` readings with this one) or *waking* (within ``stop`` readings of moving again
+        after such a stop, this one included). A lane whose every channel is at rest by nature (a repeat share of
+        ``REST_SHARE`` or more of its pairs so far) neither stops nor wakes: its still stretches are its normal; nor
+        does one that has yet to show it moves by nature (``_moves``)."""
+        repeat = np.asarray(repeat, dtype=np.float64).reshape(len(idx), self.channels)
+        run = self.run_[idx]
+        stopped = ((repeat == 1) & (run + 1 >= self.stop)).all(axis=1)
+        woke = (run >= self.stop).all(axis=1) & (repeat == 0).any(axis=1)
+        if (stopped | woke).any():
+            moving = self._moves(self.pairs_[idx], self.repeats_[idx]).any(axis=1)
+            stopped, woke = stopped & moving, woke & moving
+        waking = np.where(woke, self.stop, self.waking_[idx])
+        self.waking_[idx] = np.maximum(waking - 1, 0)
+        return stopped | (waking > 0)
 
     def mark(self, idx: np.ndarray, level: np.ndarray) -> None:
         """The selected lanes' runs whose surprise reached ``level [n]`` have alerted: they do not alert again until
@@ -1249,7 +1283,7 @@ class Detector:
         prior = SignalPrior.from_card(card_prior, c.signals, c.prior_weight) if card_prior else None
         self.memory = RepresentationMemory(dims, c.memory, c.stride, c.exclusion)
         self.steps = StepRecord(channels, c.step_span, c.step_record)
-        self.stuck = StuckRecord(channels, c.stuck_history)
+        self.stuck = StuckRecord(channels, c.stuck_history, c.stop)
         self.seasons = SeasonalRecord(channels, c.deviation_window, c.seasonal_after if self.seasonal else 0)
         self.rest = RestRecord(channels, c.rest_ratio)
         self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior, c.tail_dof)
@@ -1309,6 +1343,10 @@ class Detector:
         lanes = np.asarray(lanes, dtype=np.int64)
         lane_of = np.asarray(lane_of, dtype=np.int64)
         n, m = len(idx), len(lanes)
+        # A stopped lane, or one whose windows still hold its stop, is not judged or learned (DetectorConfig.stop).
+        paused = np.zeros(m, dtype=bool)
+        if self.config.stop and repeat is not None:
+            paused = self.stuck.paused(lanes, repeat)
         distance = np.asarray(distance, dtype=np.float64).reshape(m)
         z = np.asarray(z, dtype=np.float32).reshape(m, self.dims)
         valid = np.isfinite(distance)
@@ -1348,14 +1386,14 @@ class Detector:
         lane_score = self.combine(lanes, self.stats.surprise(lanes, judged_signals))
         # A lane younger than its stream waits for a warm-up of its own (module docstring). A stream's lanes that
         # started with it are exactly as old as its gate's count says, so for them this changes nothing.
-        judged = self.stats.judged_[lanes] + np.isfinite(lane_score)
+        judged = self.stats.judged_[lanes] + (np.isfinite(lane_score) & ~paused)
         self.stats.judged_[lanes] = judged
         stream_warm = self.gate.scored_[idx] + 1 >= self.gate.min_count
         young = (judged < self.gate.min_count) & stream_warm[lane_of]
-        lane_score = np.where(young, np.nan, lane_score)
+        lane_score = np.where(young | paused, np.nan, lane_score)
         per_lane = 1 if self.config.combine == "fisher" else len(columns)
         # Per stream: the best lane, corrected for the number of tests made (lanes with a value, × signals for max).
-        tests = np.bincount(lane_of, weights=(valid & ~young).astype(np.float64), minlength=n) * per_lane
+        tests = np.bincount(lane_of, weights=(valid & ~young & ~paused).astype(np.float64), minlength=n) * per_lane
         best = _best_per_stream(lane_score, lane_of, n)
         has = np.isfinite(best)
         score = np.where(has, best - np.log10(np.maximum(tests, 1)), np.nan)
@@ -1375,9 +1413,9 @@ class Detector:
             self.stuck.mark(lanes[mine], (self.config.stuck + correction)[lane_of[mine]])
             named = mine & (lane_fresh - correction[lane_of] == fresh[lane_of])  # the frozen lane names the channel
             winner[lane_of[named]] = lanes[named]
-        baseline = learn[lane_of] & valid
+        baseline = learn[lane_of] & valid & ~paused
         self.stats.learn(lanes[valid], signals[valid], baseline[valid])
-        remembered = valid if self.config.memory_alerts else baseline
+        remembered = (valid & ~paused) if self.config.memory_alerts else baseline
         self.memory.remember(lanes[remembered], z[remembered])
         total = np.fmax(score, stuck)  # a stuck run's surprise holds its episode open while the run lasts
         held = np.where(alert, total, np.fmin(total, np.nextafter(self.config.threshold, -np.inf)))

@@ -447,7 +447,7 @@ class Monitor:
         seconds = time.perf_counter() - started
         # The deviation signal and explanations read each scored step's window, whatever the engine needs.
         with_windows = self._scorer.needs_windows or "deviation" in self.detector_config.signals \
-            or self.detector_config.stuck > 0 or self.alert_config.explain  # fmt: skip
+            or self.detector_config.stuck > 0 or self.detector_config.stop > 0 or self.alert_config.explain  # fmt: skip
         batch = self._store.collect(now, with_windows=with_windows)
         self._counters["ticks"] += 1
         rounds = lane_rounds(self._lane_rows.stream[batch.stream_idx], batch.step)
