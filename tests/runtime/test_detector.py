@@ -944,6 +944,14 @@ def test_a_stop_of_a_young_channel_alerts_as_stuck_at_its_stop_th_reading():
     assert judged[0] == 199 + 49  # the run's 50th reading: 49 readings beyond the longest run (1), at 1 in 201
     assert fresh[judged[0] - 1] == pytest.approx(49 * math.log10(201))
     assert np.isnan(_stuck(x, history=1000)[0]).all()  # without a stop the history must come first
+    # Two channels: one holding while its sibling moves is not a stop, and waits for its history; both holding are.
+    for sibling, first in ((np.arange(260.0), None), (x, 199 + 49)):
+        pair = StuckRecord(channels=2, history=1000, stop=50, n_streams=1)
+        xy = np.stack([x, sibling], axis=1)
+        fresh = np.array([pair.surprise(rows(0), window_repeats(xy[None, t - 1 : t + 1]))[1][0]
+                          for t in range(1, len(x))])  # fmt: skip
+        judged = np.flatnonzero(np.isfinite(fresh)) + 1
+        assert (judged[0] if len(judged) else None) == first
 
 
 def test_a_paused_lane_learns_nothing_and_survives_a_save_and_restore_mid_wake():

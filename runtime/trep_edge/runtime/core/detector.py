@@ -803,7 +803,7 @@ class StuckRecord(StreamState):
     surprise ``(r − max(L, 1)) · (−log10 p)``, the chance of that many extra repeats in a row, less ``log10`` of the
     lane's channels. A channel that never repeats reaches the threshold within a few identical readings; a quantised
     channel that often holds its value must hold it longer than it ever has. Runs are judged once the channel has
-    ``history`` pairs, or once a run is a ``stop`` (``paused``) long. Once a run has alerted, it does not again. A
+    ``history`` pairs, or once the whole lane has stopped (``paused``). Once a run has alerted, it does not again. A
     missing reading ends the run. State: ``run_``, ``longest_``, ``pairs_``, ``repeats_`` ``[S, C]`` (int),
     ``alerted_`` ``[S, C]`` (bool), ``waking_`` ``[S]`` (readings a lane that moved again after a stop stays paused).
     """
@@ -842,8 +842,12 @@ class StuckRecord(StreamState):
         self, run: np.ndarray, longest: np.ndarray, pairs: np.ndarray, repeats: np.ndarray
     ) -> np.ndarray:  # fmt: skip
         bar = np.maximum(longest, 1)
-        # A run as long as a stop of a channel that moves by nature is judged on whatever history the channel has.
-        stopped = (run >= self.stop) & self._moves(pairs, repeats) if self.stop else False
+        # A stop (every channel in a run as long as ``stop``, one that moves by nature) is judged on whatever history
+        # its channels have. One channel holding while its siblings move is not: real signals hold a value now and
+        # then for longer than a young channel has shown (the stuck-history round).
+        stopped = False
+        if self.stop:
+            stopped = ((run >= self.stop).all(axis=1) & self._moves(pairs, repeats).any(axis=1))[:, None]
         judged = (run >= STUCK_MIN_RUN) & (run > bar) & ((pairs >= self.history) | stopped)
         return np.where(judged, (run - bar) * -np.log10((repeats + 1) / (pairs + 2)), -np.inf)
 
