@@ -927,6 +927,9 @@ def test_a_lane_stopped_for_stop_readings_pauses_until_its_windows_are_free_of_t
     # Paused from the stop's 10th reading (48) while it lasts, then for 10 readings after it moves (70-79); a lane
     # still from its start (its first 10 readings, for example) has not shown that it moves, and is not stopped.
     np.testing.assert_array_equal(_paused(x), np.arange(48, 80))
+    dropped = x.copy()
+    dropped[70] = np.nan  # the restart's first reading is lost: the wake still runs its 10 readings from there
+    np.testing.assert_array_equal(_paused(dropped), np.arange(48, 80))
     one = x.copy()
     one[40:70, 1] = np.arange(30.0)  # one channel keeps moving: no stop
     assert _paused(one).size == 0

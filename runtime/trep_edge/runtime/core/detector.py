@@ -805,7 +805,7 @@ class StuckRecord(StreamState):
     channel that often holds its value must hold it longer than it ever has. Runs are judged once the channel has
     ``history`` pairs, or once the whole lane has stopped (``paused``). Once a run has alerted, it does not again. A
     missing reading ends the run. State: ``run_``, ``longest_``, ``pairs_``, ``repeats_`` ``[S, C]`` (int),
-    ``alerted_`` ``[S, C]`` (bool), ``waking_`` ``[S]`` (readings a lane that moved again after a stop stays paused).
+    ``alerted_`` ``[S, C]`` (bool), ``waking_`` ``[S]`` (readings a lane stays paused after its last stopped one).
     """
 
     def __init__(self, channels: int = 1, history: int = 100, stop: int = 0, n_streams: int = 0) -> None:
@@ -878,15 +878,14 @@ class StuckRecord(StreamState):
         ``REST_SHARE`` or more of its pairs so far) neither stops nor wakes: its still stretches are its normal; nor
         does one that has yet to show it moves by nature (``_moves``)."""
         repeat = np.asarray(repeat, dtype=np.float64).reshape(len(idx), self.channels)
-        run = self.run_[idx]
-        stopped = ((repeat == 1) & (run + 1 >= self.stop)).all(axis=1)
-        woke = (run >= self.stop).all(axis=1) & (repeat == 0).any(axis=1)
-        if (stopped | woke).any():
-            moving = self._moves(self.pairs_[idx], self.repeats_[idx]).any(axis=1)
-            stopped, woke = stopped & moving, woke & moving
-        waking = np.where(woke, self.stop, self.waking_[idx])
-        self.waking_[idx] = np.maximum(waking - 1, 0)
-        return stopped | (waking > 0)
+        stopped = ((repeat == 1) & (self.run_[idx] + 1 >= self.stop)).all(axis=1)
+        if stopped.any():
+            stopped &= self._moves(self.pairs_[idx], self.repeats_[idx]).any(axis=1)
+        # Readings of wake still owed, this one included: counted from the last stopped reading, so a missing
+        # reading as the machine restarts (which ends every run) does not cut the wake short.
+        left = np.where(stopped, self.stop, self.waking_[idx])
+        self.waking_[idx] = np.where(stopped, self.stop, np.maximum(left - 1, 0))
+        return stopped | (left > 0)
 
     def mark(self, idx: np.ndarray, level: np.ndarray) -> None:
         """The selected lanes' runs whose surprise reached ``level [n]`` have alerted: they do not alert again until
