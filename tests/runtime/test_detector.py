@@ -936,6 +936,13 @@ def test_a_lane_stopped_for_stop_readings_pauses_until_its_windows_are_free_of_t
     valve = np.zeros((300, 1))
     valve[::25] = 1.0  # at rest by nature: most readings repeat, and a still stretch is its normal
     assert _paused(valve).size == 0
+    shifts = np.random.default_rng(1).normal(size=(360, 1))
+    for start in range(30, 360, 90):
+        shifts[start : start + 60] = shifts[start - 1]  # stopped two thirds of the time: each stop is still one
+    paused = _paused(shifts)
+    # Each from its 10th held reading (the one before the block included) through 10 readings of wake; the last has
+    # no wake before the end.
+    assert [int(((paused >= s) & (paused < s + 90)).sum()) for s in range(30, 360, 90)] == [62, 62, 62, 52]
 
 
 def test_a_stop_of_a_young_channel_alerts_as_stuck_at_its_stop_th_reading():
@@ -963,8 +970,10 @@ def test_a_paused_lane_learns_nothing_and_survives_a_save_and_restore_mid_wake()
     x = rng.normal(size=300)
     x[100:160] = x[99]  # a stop of 61 readings, then 20 readings of waking (160-179)
     distance = rng.lognormal(size=300)
+    parts = np.ones((300, 2, 1))
+    parts[160, 1] = 1000.0  # the restart's step out of the still window
 
-    def run(restore_at=None):
+    def run(config=config, restore_at=None):
         detector = Detector(config, dims=2)
         detector.add(streams=1, lanes=1)
         counts, scores = [], []
@@ -972,19 +981,24 @@ def test_a_paused_lane_learns_nothing_and_survives_a_save_and_restore_mid_wake()
             if t == restore_at:
                 saved, detector = detector.state_dict(), Detector(config, dims=2)
                 detector.load_state(npz_round_trip(saved))
-            out = detector.step(rows(0), rows(0), rows(0), distance[t : t + 1], np.zeros((1, 2)), None,
+            out = detector.step(rows(0), rows(0), rows(0), distance[t : t + 1], np.zeros((1, 2)), parts[t : t + 1],
                                 window_repeats(x[None, t - 1 : t + 1, None]))  # fmt: skip
             counts.append(int(detector.stats.count_[0, 0]))
             scores.append(float(out.lane_score[0]))  # the anomaly signals' (the stop's stuck run has its own)
-        return np.array(counts), np.array(scores)
+        return np.array(counts), np.array(scores), detector
 
-    counts, scores = run()
+    counts, scores, detector = run()
     # Nothing is learned or judged from the stop's 20th reading (119) to the end of the wake (179).
     assert counts[118 - 1] == counts[179 - 1] < counts[180 - 1]
     assert np.isnan(scores[119 - 1 : 179]).all() and np.isfinite(scores[180 - 1])
+    assert np.nanmax(detector.steps.peak_[np.isfinite(detector.steps.peak_)]) == 1.0  # nor is the restart's step
     restored = run(restore_at=170)
     np.testing.assert_array_equal(restored[0], counts)
     np.testing.assert_array_equal(restored[1], scores)
+    # The stop is read from the runs the stuck record keeps, whether or not a stuck run may alert.
+    np.testing.assert_array_equal(run(dataclasses.replace(config, stuck=0))[0], counts)
+    with pytest.raises(ValueError, match="stop must be 0"):
+        DetectorConfig(stop=2)
 
 
 def test_the_general_model_alerts_a_machine_stop_once_and_judges_the_readings_after_it():

@@ -278,12 +278,13 @@ class DetectorConfig:
             scale is a hundredth of its level). Long streams 34.9 → 36.0 at committed alerts (46.6 → 49.4 tuned),
             the quick corpus unchanged (docs/detection.md, the rest round).
         stop: readings every channel of a lane must hold one value for the lane to count as stopped (a machine at a
-            standstill, or a frozen sensor), once each has shown that it moves by nature; 0 = never. A stopped lane
-            is not judged or learned, nor for as many readings after it moves again, while the windows it is judged
-            against still hold the stop; such a run alerts as a stuck sensor, whatever the history
-            ``stuck_history`` asks for. Judged, a restart read as thousands of scales out of a still window: it
-            alerted, its refractory period hid what came next, and the stop's readings taught the statistics a
-            still machine (docs/detection.md, the stop round).
+            standstill, or a frozen sensor), once each has shown that it moves by nature; 0 = never, else at least
+            ``STUCK_MIN_RUN``. A stopped lane is not judged or learned (its restart's step included), nor for as
+            many readings after it moves again, while the windows it is judged against still hold the stop; the stop
+            is no part of its channels' repeat history, and alerts as a stuck sensor (when ``stuck`` is on),
+            whatever the history ``stuck_history`` asks for. Judged, a restart read as thousands of scales out of a
+            still window: it alerted, its refractory period hid what came next, and the stop's readings taught the
+            statistics a still machine (docs/detection.md, the stop round).
     """
 
     signals: tuple[str, ...] = SIGNALS
@@ -349,6 +350,8 @@ class DetectorConfig:
                 raise ValueError(f"detector {name} must be >= 1, got {getattr(self, name)}")
         if self.tail_dof < 0 or self.tail_dof % 2:
             raise ValueError(f"detector tail_dof must be even and >= 2, or 0 for the Gaussian tail, got {self.tail_dof}")
+        if 0 < self.stop < STUCK_MIN_RUN:
+            raise ValueError(f"detector stop must be 0 (off) or at least {STUCK_MIN_RUN} readings, got {self.stop}")
         for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn", "peaks",
                      "quiet_after", "stuck_history", "schedule", "seasonal_need", "stop"):
             if getattr(self, name) < 0:
@@ -767,11 +770,12 @@ class StepRecord(StreamState):
         return {"channels": self.channels, "span": self.span, "ratio": self.ratio}
 
     def fold(
-        self, idx: np.ndarray, parts: np.ndarray, judged: np.ndarray | None = None
+        self, idx: np.ndarray, parts: np.ndarray, judged: np.ndarray | None = None, keep: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Each selected lane's channels' ``deviation`` ``[n, C]`` from its ``window_deviation`` parts ``[n, 2, C]``
         (``fold_step`` against this record), and the same with the levels ``judged`` ``[n, C]`` in place of the parts'
-        (the first again when None: ``SeasonalRecord``'s floor); then record their steps, once."""
+        (the first again when None: ``SeasonalRecord``'s floor); then record their steps, once, where ``keep``
+        ``[n]`` holds (all when None: a paused lane's restart is no step of its own)."""
         if parts.shape[1:] != (2, self.channels):
             raise ValueError(f"deviation parts have shape {parts.shape}, expected [n, 2, {self.channels}]")
         peak = self.peak_[idx]
@@ -788,7 +792,8 @@ class StepRecord(StreamState):
         # A block's first reading starts it afresh: what it held is now older than the span.
         starts = seen % self.block == 0
         peak[rows[starts], :, slot[starts]] = -np.inf
-        peak[rows, :, slot] = np.fmax(peak[rows, :, slot], parts[:, 1])
+        step = parts[:, 1] if keep is None else np.where(np.asarray(keep)[:, None], parts[:, 1], -np.inf)
+        peak[rows, :, slot] = np.fmax(peak[rows, :, slot], step)
         self.peak_[idx] = peak
         self.seen_[idx] = seen + 1
         return out, other
@@ -828,9 +833,16 @@ class StuckRecord(StreamState):
         run, longest = self.run_[idx], self.longest_[idx]
         same = repeat == 1
         ended = ~same  # a change or a missing value ends the run; its pairs join the history
-        pairs = self.pairs_[idx] + np.where(ended, np.maximum(run - 1, 0), 0) + (repeat == 0)
-        repeats = self.repeats_[idx] + np.where(ended, np.maximum(run - 1, 0), 0)
-        longest = np.where(ended, np.maximum(longest, run), longest)
+        if self.stop:
+            # ... unless the run was a stop (``paused``): a machine stopped most of the time would otherwise come to
+            # repeat by nature and stop stopping, and each stop would raise the bar the next must beat.
+            ended_stop = (run >= self.stop).all(axis=1) & self._moves(self.pairs_[idx], self.repeats_[idx]).any(axis=1)
+            kept = ended & ~ended_stop[:, None]
+        else:
+            kept = ended
+        pairs = self.pairs_[idx] + np.where(kept, np.maximum(run - 1, 0), 0) + (repeat == 0)
+        repeats = self.repeats_[idx] + np.where(kept, np.maximum(run - 1, 0), 0)
+        longest = np.where(kept, np.maximum(longest, run), longest)
         run = np.where(same, np.maximum(run, 1) + 1, 1)
         alerted = self.alerted_[idx] & same
         self.run_[idx], self.longest_[idx], self.pairs_[idx], self.repeats_[idx] = run, longest, pairs, repeats
@@ -1368,7 +1380,7 @@ class Detector:
             floor = None if seasonal is None else self.seasons.judged(
                 lanes, parts[:, 0], seasonal, c.seasonal_gain, c.seasonal_trust, c.seasonal_loud, c.seasonal_ratio,
                 c.seasonal_need)[valid]  # fmt: skip
-            plain, judged = self.steps.fold(lanes[valid], parts[valid], floor)
+            plain, judged = self.steps.fold(lanes[valid], parts[valid], floor, ~paused[valid])
             channel_deviation[valid] = plain
             if floor is not None:
                 judged_deviation = np.full((m, self.channels), np.nan)
@@ -1406,10 +1418,11 @@ class Detector:
         # A frozen channel (StuckRecord): the surprise of its run, for the episode, and of a run not yet alerted, for
         # the gate; per stream the best lane's, Bonferroni-corrected like the score.
         stuck, fresh = np.full(n, np.nan), None
-        if repeat is not None and self.config.stuck:
-            correction = np.log10(np.maximum(np.bincount(lane_of, minlength=n), 1))
+        if repeat is not None and (self.config.stuck or self.config.stop):  # the runs are what a stop is read from
             lane_stuck, lane_fresh = self.stuck.surprise(lanes, repeat)
-            stuck, fresh = (_best_per_stream(v, lane_of, n) - correction for v in (lane_stuck, lane_fresh))
+            if self.config.stuck:
+                correction = np.log10(np.maximum(np.bincount(lane_of, minlength=n), 1))
+                stuck, fresh = (_best_per_stream(v, lane_of, n) - correction for v in (lane_stuck, lane_fresh))
         alert, warming, learn, frozen = self.gate.decide(idx, score, fresh)
         if frozen.any():
             mine = frozen[lane_of]
