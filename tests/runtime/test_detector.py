@@ -1001,6 +1001,26 @@ def test_a_paused_lane_learns_nothing_and_survives_a_save_and_restore_mid_wake()
         DetectorConfig(stop=2)
 
 
+def test_a_paused_lane_counts_nothing_for_or_against_its_cycle():
+    t = np.arange(400)
+    x = np.sin(2 * np.pi * t / 20) + 0.01 * np.random.default_rng(4).normal(size=400)
+    x[200:280] = x[199]  # a stop after the cycle is found (reading 100), then the restart at 280
+    parts = np.ones((400, 2, 1))
+    parts[280] = 1000.0  # the restart reads loud out of the still window
+
+    def loud(stop):
+        config = DetectorConfig(min_count=1, min_warmup=1, stop=stop, stuck_history=1000, seasonal_after=100)
+        detector = Detector(config, dims=2)
+        detector.add(streams=1, lanes=1)
+        for i in range(1, 300):
+            detector.step(rows(0), rows(0), rows(0), np.ones(1), np.zeros((1, 2)), parts[i : i + 1],
+                          window_repeats(x[None, i - 1 : i + 1, None]), x[i : i + 1, None])  # fmt: skip
+        assert detector.seasons.period_[0, 0] == 20
+        return int(detector.seasons.loud_[0, 0])
+
+    assert (loud(0), loud(20)) == (1, 0)
+
+
 def test_the_general_model_alerts_a_machine_stop_once_and_judges_the_readings_after_it():
     rng = np.random.default_rng(7)
     x = 20 + 5 * np.sin(2 * np.pi * np.arange(2000) / 96) + rng.normal(0, 0.5, 2000)

@@ -1377,9 +1377,10 @@ class Detector:
                     parts = self.rest.relative(lanes, parts, rest)
         seasonal = self._seasonal_levels(lanes, reading, None if parts is None else parts[:, 0])
         if parts is not None:
+            # A paused lane's levels are not judged, nor counted for or against its cycle (NaN: neither).
             floor = None if seasonal is None else self.seasons.judged(
-                lanes, parts[:, 0], seasonal, c.seasonal_gain, c.seasonal_trust, c.seasonal_loud, c.seasonal_ratio,
-                c.seasonal_need)[valid]  # fmt: skip
+                lanes, np.where(paused[:, None], np.nan, parts[:, 0]), seasonal, c.seasonal_gain, c.seasonal_trust,
+                c.seasonal_loud, c.seasonal_ratio, c.seasonal_need)[valid]  # fmt: skip
             plain, judged = self.steps.fold(lanes[valid], parts[valid], floor, ~paused[valid])
             channel_deviation[valid] = plain
             if floor is not None:
