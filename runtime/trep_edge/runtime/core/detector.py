@@ -833,13 +833,9 @@ class StuckRecord(StreamState):
         run, longest = self.run_[idx], self.longest_[idx]
         same = repeat == 1
         ended = ~same  # a change or a missing value ends the run; its pairs join the history
-        if self.stop:
-            # ... unless the run was a stop (``paused``): a machine stopped most of the time would otherwise come to
-            # repeat by nature and stop stopping, and each stop would raise the bar the next must beat.
-            ended_stop = (run >= self.stop).all(axis=1) & self._moves(self.pairs_[idx], self.repeats_[idx]).any(axis=1)
-            kept = ended & ~ended_stop[:, None]
-        else:
-            kept = ended
+        # ... unless the run was a stop (``paused``): a machine stopped most of the time would otherwise come to repeat
+        # by nature and stop stopping, and each stop would raise the bar the next must beat.
+        kept = ended & ~self._stopped(run, self.pairs_[idx], self.repeats_[idx])[:, None]
         pairs = self.pairs_[idx] + np.where(kept, np.maximum(run - 1, 0), 0) + (repeat == 0)
         repeats = self.repeats_[idx] + np.where(kept, np.maximum(run - 1, 0), 0)
         longest = np.where(kept, np.maximum(longest, run), longest)
@@ -854,12 +850,9 @@ class StuckRecord(StreamState):
         self, run: np.ndarray, longest: np.ndarray, pairs: np.ndarray, repeats: np.ndarray
     ) -> np.ndarray:  # fmt: skip
         bar = np.maximum(longest, 1)
-        # A stop (every channel in a run as long as ``stop``, one that moves by nature) is judged on whatever history
-        # its channels have. One channel holding while its siblings move is not: real signals hold a value now and
-        # then for longer than a young channel has shown (the stuck-history round).
-        stopped = False
-        if self.stop:
-            stopped = ((run >= self.stop).all(axis=1) & self._moves(pairs, repeats).any(axis=1))[:, None]
+        # A stop is judged on whatever history its channels have. One channel holding while its siblings move is not:
+        # real signals hold a value now and then for longer than a young channel has shown (the stuck-history round).
+        stopped = self._stopped(run, pairs, repeats)[:, None]
         judged = (run >= STUCK_MIN_RUN) & (run > bar) & ((pairs >= self.history) | stopped)
         return np.where(judged, (run - bar) * -np.log10((repeats + 1) / (pairs + 2)), -np.inf)
 
@@ -877,6 +870,14 @@ class StuckRecord(StreamState):
             rest &= (pairs >= self.history) & ((repeats + 1) / (pairs + 2) >= REST_SHARE)
         return rest
 
+    def _stopped(self, run: np.ndarray, pairs: np.ndarray, repeats: np.ndarray) -> np.ndarray:
+        """Whether each lane ``[n]`` is a stop, given its channels' runs, pairs and repeats ``[n, C]``: every channel
+        in a run of at least ``stop`` readings, of a lane that has shown that it moves by nature (``_moves``)."""
+        stopped = (run >= self.stop).all(axis=1) if self.stop else np.zeros(len(run), dtype=bool)
+        if stopped.any():  # rarely: the history is read only where every channel holds that long
+            stopped &= self._moves(pairs, repeats).any(axis=1)
+        return stopped
+
     def _moves(self, pairs: np.ndarray, repeats: np.ndarray) -> np.ndarray:
         """Whether each channel has shown that it moves by nature: ``stop`` pairs of readings before its current run,
         fewer than ``REST_SHARE`` of them repeats. A lane still since it started has not (a machine not yet run)."""
@@ -890,9 +891,8 @@ class StuckRecord(StreamState):
         ``REST_SHARE`` or more of its pairs so far) neither stops nor wakes: its still stretches are its normal; nor
         does one that has yet to show it moves by nature (``_moves``)."""
         repeat = np.asarray(repeat, dtype=np.float64).reshape(len(idx), self.channels)
-        stopped = ((repeat == 1) & (self.run_[idx] + 1 >= self.stop)).all(axis=1)
-        if stopped.any():
-            stopped &= self._moves(self.pairs_[idx], self.repeats_[idx]).any(axis=1)
+        # This reading extends each repeating channel's run by one and ends every other channel's.
+        stopped = self._stopped(np.where(repeat == 1, self.run_[idx] + 1, 0), self.pairs_[idx], self.repeats_[idx])
         # Readings of wake still owed, this one included: counted from the last stopped reading, so a missing
         # reading as the machine restarts (which ends every run) does not cut the wake short.
         left = np.where(stopped, self.stop, self.waking_[idx])
