@@ -54,7 +54,8 @@ Prototypes (``KIND:key=value;...``, each key optional):
   of them, had a seasonal level under ``ratio`` times the plain one: its loud readings have been foretold (with
   ``distrust`` 1, only the other channels are lowered). With ``skip`` (judged apart) a reading whose plain level
   reaches ``skip`` and was lowered is not learned; ``lag`` fixes the lag instead of finding a period, on every
-  channel.
+  channel; ``fit`` only on channels that keep to their period (``seasonal.cycle_fit``-like, in the part the period
+  was found in).
 - ``shift`` (``k``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings against the window
   before them, times ``gain`` (default ``sqrt(k)``), for a sustained shift inside a noisy channel's spread.
 - ``mean-shift`` (``k``): ``deviation``'s level is also the mean of the last ``k`` readings against the means of
@@ -538,7 +539,7 @@ def context(span: int = 1024, where: int = 0) -> Prototype:
 def seasonal(
     acf: float = 0.3, pmax: int = 1000, lower: float = 0, gain: float = 1.0, judge: float = 0, above: float = -math.inf,
     trust: float = 0, loud: float = 4.0, ratio: float = 0.5, need: int = 5, skip: float = math.inf, lag: int = 0,
-    distrust: float = 0,
+    distrust: float = 0, fit: float = math.inf,
 ) -> Prototype:
     """``deviation``'s level is also the reading's against the one a period earlier, where the stream has a period;
     with ``lower``, only where it is both (the smaller of the two, the seasonal one times ``gain``, and only where the
@@ -547,7 +548,9 @@ def seasonal(
     plain level reached ``loud``, at least ``need`` and a share ``trust`` had a seasonal level under ``ratio`` times
     the plain one (the period earlier foretold them), so a channel whose loud readings are news is never lowered.
     ``distrust`` lowers the other channels instead, those whose loud readings have not been foretold. ``skip``: see
-    ``_judged_apart``; ``lag``: this lag on every channel instead of a period found."""
+    ``_judged_apart``; ``lag``: this lag on every channel instead of a period found. ``fit``: only on a channel whose
+    cycle explains its readings, the robust scale of its differences from a period earlier in the part the period
+    was found in under ``fit`` times its readings' standard deviation there."""
     span = DetectorConfig().deviation_window
     pick = np.fmin if lower else np.fmax
 
@@ -561,10 +564,17 @@ def seasonal(
         return (hits >= need) & (hits >= trust * seen)
 
     def level(x: np.ndarray) -> np.ndarray:
-        period = int(lag) or find_period([x[: max(probation(len(x)), 200)]], acf, int(pmax))
+        first = x[: max(probation(len(x)), 200)]
+        period = int(lag) or find_period([first], acf, int(pmax))
         plain = _levels(x, span)
         if not period:
             return plain
+        if math.isfinite(fit):
+            d = first[period:] - first[:-period]
+            d = d[np.isfinite(d)]
+            # The mean absolute deviation, not the quartiles: a quantised channel's differences are mostly 0.
+            if not len(d) or not 1.2533 * np.mean(np.abs(d - np.median(d))) < fit * np.nanstd(first):
+                return plain
         season = _levels(x, span, lag=period)
         with np.errstate(invalid="ignore"):
             lowered = np.where(plain <= above, plain, pick(plain, gain * season))
