@@ -54,8 +54,8 @@ Prototypes (``KIND:key=value;...``, each key optional):
   of them, had a seasonal level under ``ratio`` times the plain one: its loud readings have been foretold (with
   ``distrust`` 1, only the other channels are lowered). With ``skip`` (judged apart) a reading whose plain level
   reaches ``skip`` and was lowered is not learned; ``lag`` fixes the lag instead of finding a period, on every
-  channel; ``fit`` only on channels that keep to their period (``seasonal.cycle_fit``-like, in the part the period
-  was found in).
+  channel; ``fit`` only on channels that keep to their period (``seasonal.cycle_fit`` under ``fit`` in the part the
+  period was found in).
 - ``shift`` (``k``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings against the window
   before them, times ``gain`` (default ``sqrt(k)``), for a sustained shift inside a noisy channel's spread.
 - ``mean-shift`` (``k``): ``deviation``'s level is also the mean of the last ``k`` readings against the means of
@@ -146,7 +146,7 @@ from trep_edge.runtime.core.preprocess import robust_location_scale
 from trep_edge.runtime.core.stream_state import StreamState
 from trep_edge.training.evaluation.detection_corpus import Stream
 from trep_edge.training.evaluation.detection_metrics import probation
-from trep_edge.runtime.core.seasonal import find_period
+from trep_edge.runtime.core.seasonal import cycle_fit, find_period
 
 
 @dataclass
@@ -548,9 +548,8 @@ def seasonal(
     plain level reached ``loud``, at least ``need`` and a share ``trust`` had a seasonal level under ``ratio`` times
     the plain one (the period earlier foretold them), so a channel whose loud readings are news is never lowered.
     ``distrust`` lowers the other channels instead, those whose loud readings have not been foretold. ``skip``: see
-    ``_judged_apart``; ``lag``: this lag on every channel instead of a period found. ``fit``: only on a channel whose
-    cycle explains its readings, the robust scale of its differences from a period earlier in the part the period
-    was found in under ``fit`` times its readings' standard deviation there."""
+    ``_judged_apart``; ``lag``: this lag on every channel instead of a period found. ``fit``: only on a channel that
+    keeps to its period (``seasonal.cycle_fit`` under ``fit`` in the part the period was found in)."""
     span = DetectorConfig().deviation_window
     pick = np.fmin if lower else np.fmax
 
@@ -569,12 +568,8 @@ def seasonal(
         plain = _levels(x, span)
         if not period:
             return plain
-        if math.isfinite(fit):
-            d = first[period:] - first[:-period]
-            d = d[np.isfinite(d)]
-            # The mean absolute deviation, not the quartiles: a quantised channel's differences are mostly 0.
-            if not len(d) or not 1.2533 * np.mean(np.abs(d - np.median(d))) < fit * np.nanstd(first):
-                return plain
+        if math.isfinite(fit) and not cycle_fit(first, period) < fit:
+            return plain
         season = _levels(x, span, lag=period)
         with np.errstate(invalid="ignore"):
             lowered = np.where(plain <= above, plain, pick(plain, gain * season))

@@ -23,11 +23,12 @@ from trep_edge.runtime.core.detector import Detector, DetectorConfig
 DIMS = 64  # models/general.onnx's representation size
 
 
-def inputs(streams: int, ticks: int, seed: int = 3) -> tuple[np.ndarray, ...]:
+def inputs(streams: int, ticks: int, seed: int = 3, noise: float = 0.2) -> tuple[np.ndarray, ...]:
     """Per tick and stream: distance ``[T, S]``, representation ``[T, S, DIMS]``, deviation parts
     ``[T, S, 2, 1]`` (``window_deviation``: level and step of one channel), repeats ``[T, S, 1]``
     (``window_repeats``: a reading equal to the one before, as a quantised channel holds its value) and readings
-    ``[T, S, 1]`` (a noisy cycle of 24)."""
+    ``[T, S, 1]`` (a cycle of 24 with noise of σ ``noise``: at 0.2 no channel keeps to it closely enough to be
+    scheduled, ``DetectorConfig.seasonal_fit``; at 0.05 every one does)."""
     rng = np.random.default_rng(seed)
     distance = rng.lognormal(0.0, 0.5, (ticks, streams))
     z = rng.normal(size=(ticks, streams, DIMS)).astype(np.float32)
@@ -37,13 +38,15 @@ def inputs(streams: int, ticks: int, seed: int = 3) -> tuple[np.ndarray, ...]:
     deviation[rare] += 25.0
     z[rare] += 6.0
     repeat = (rng.random((ticks, streams, 1)) < 0.2).astype(np.float64)
-    reading = np.sin(2 * np.pi * np.arange(ticks) / 24)[:, None, None] + rng.normal(0, 0.2, (ticks, streams, 1))
+    reading = np.sin(2 * np.pi * np.arange(ticks) / 24)[:, None, None] + rng.normal(0, noise, (ticks, streams, 1))
     return distance, z, deviation, repeat, reading
 
 
-def readings_per_second(config: DetectorConfig, streams: int, warm: int, timed: int) -> tuple[float, int]:
+def readings_per_second(
+    config: DetectorConfig, streams: int, warm: int, timed: int, noise: float = 0.2
+) -> tuple[float, int]:
     """Readings per second of ``Detector.step`` over the ``timed`` ticks after ``warm`` untimed ones, and the alerts."""
-    distance, z, deviation, repeat, reading = inputs(streams, warm + timed)
+    distance, z, deviation, repeat, reading = inputs(streams, warm + timed, noise=noise)
     detector = Detector(config, DIMS)
     detector.add(streams, streams)
     every = np.arange(streams)
@@ -65,6 +68,8 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=300, help="timed ticks")
     parser.add_argument("--repeats", type=int, default=3, help="runs per case, the variants taking turns; the median "
                         "rate is reported (a 2-core machine shared with other jobs moves single runs by 2x)")
+    parser.add_argument("--noise", type=float, default=0.2, help="the readings' noise around their cycle (0.05: every "
+                        "channel scheduled)")
     parser.add_argument("--out", help="write the table (Markdown) here too")
     args = parser.parse_args()
     try:
@@ -75,11 +80,12 @@ def main() -> None:
     began = time.perf_counter()
     rows = []
     for s in counts:
-        runs = [[readings_per_second(config, s, args.warm, args.ticks) for config in variants.values()]
+        runs = [[readings_per_second(config, s, args.warm, args.ticks, args.noise) for config in variants.values()]
                 for _ in range(max(1, args.repeats))]  # fmt: skip
         cells = [(float(np.median([run[k][0] for run in runs])), runs[0][k][1]) for k in range(len(variants))]
         rows.append(f"| {s:,} | " + " | ".join(f"{rate:,.0f} ({alerts})" for rate, alerts in cells) + " |")
     command = f"python bench/detector_throughput.py --streams {args.streams} --repeats {args.repeats}"
+    command += f" --noise {args.noise:g}" * (args.noise != 0.2)
     if args.variants:
         command += " --variants " + " ".join(f"'{v}'" for v in args.variants)
     text = "\n".join([

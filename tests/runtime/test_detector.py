@@ -1009,7 +1009,8 @@ def test_a_paused_lane_counts_nothing_for_or_against_its_cycle():
     parts[280] = 1000.0  # the restart reads loud out of the still window
 
     def loud(stop):
-        config = DetectorConfig(min_count=1, min_warmup=1, stop=stop, stuck_history=1000, seasonal_after=100)
+        config = DetectorConfig(min_count=1, min_warmup=1, stop=stop, stuck_history=1000, seasonal_after=100,
+                                seasonal_fit=0)  # the floor's count: the clean sine would be scheduled
         detector = Detector(config, dims=2)
         detector.add(streams=1, lanes=1)
         for i in range(1, 300):
@@ -1228,7 +1229,8 @@ def _still_levels(config, x, restore_at=None):
     return out
 
 
-REST = DetectorConfig(signals=("deviation",), seasonal_gain=0, rest_ratio=1.5)
+REST = DetectorConfig(signals=("deviation",), seasonal_gain=0, seasonal_fit=0, rest_ratio=1.5)
+"""The rest record alone: blips exactly every 300 readings would make a scheduled channel (``seasonal_fit``)."""
 
 
 def test_a_channel_at_rest_reads_a_blip_like_its_last_ones_as_ordinary_and_a_larger_one_plainly():

@@ -1,4 +1,5 @@
-"""The seasonal floor of ``deviation``: a channel's cycle, the seasonal level, and where the floor holds."""
+"""The seasonal floor of ``deviation`` and scheduled channels: a channel's cycle, the seasonal level, where the floor
+holds and which channels keep to their cycle closely enough to be judged by it alone."""
 import json
 from pathlib import Path
 
@@ -7,7 +8,7 @@ import pytest
 from trep_edge.runtime.core.detector import Detector, DetectorConfig, window_deviation
 from trep_edge.runtime.core.engine import load_engine
 from trep_edge.runtime.core.offline import detect_recording
-from trep_edge.runtime.core.seasonal import SeasonalRecord
+from trep_edge.runtime.core.seasonal import SeasonalRecord, cycle_fit
 
 from round_trips import json_round_trip, npz_round_trip
 
@@ -101,7 +102,8 @@ def _run(detector: Detector, x, distance, z, deviation):
 
 
 CONFIG = DetectorConfig(deviation_window=32, seasonal_after=100, min_count=20, prior_weight=0, threshold=3.0,
-                        refractory=10)  # fmt: skip
+                        refractory=10, seasonal_fit=0)  # fmt: skip
+"""The floor's settings: the pulses keep to their cycle, so without ``seasonal_fit=0`` they would be scheduled."""
 
 
 def fresh(config: DetectorConfig = CONFIG) -> Detector:
@@ -199,3 +201,84 @@ def test_a_state_saved_with_the_floor_resumes_on_a_detector_without_it():
     plain.add(streams=3, lanes=3)
     assert plain.seasons.ring_.shape == (5, 1, 0) and not plain.seasonal
     np.testing.assert_array_equal(plain.stats.count_[:2], floored.stats.count_)
+
+
+def _shifts(n: int, seed: int = 0, noise: float = 0.3) -> np.ndarray:
+    """A line that runs (10) for the middle half of every ``PERIOD`` readings and rests (0) otherwise, with noise."""
+    busy = ((np.arange(n) % PERIOD) >= PERIOD // 4) & ((np.arange(n) % PERIOD) < 3 * PERIOD // 4)
+    return 10.0 * busy + np.random.default_rng(seed).normal(0.0, noise, n)
+
+
+def test_a_schedule_kept_to_the_reading_fits_its_cycle_and_a_carrier_whose_cycles_differ_does_not():
+    rng = np.random.default_rng(2)
+    assert cycle_fit(_shifts(200), PERIOD) < 0.1
+    # The same cycle whose level wanders from one cycle to the next by more than the cycle's own swing.
+    wandering = _shifts(200) + np.repeat(rng.normal(0, 8, 200 // PERIOD + 1), PERIOD)[:200]
+    assert cycle_fit(wandering, PERIOD) > 0.2
+    assert cycle_fit(rng.normal(size=200), PERIOD) > 1.0  # no cycle at all: the differences are √2 times wider
+    quantised = np.round(_shifts(200, noise=0.0))
+    quantised[::7] += 1.0  # mostly exact repeats a cycle apart: the quartiles of the differences would read 0
+    assert 0 < cycle_fit(quantised, PERIOD) < 0.2
+    assert cycle_fit(_shifts(200), 0) == np.inf and cycle_fit(np.zeros(200), PERIOD) == np.inf
+
+
+def test_a_scheduled_channel_is_judged_by_its_seasonal_level_and_no_other_is():
+    record = SeasonalRecord(channels=2, span=32, after=100, fit=0.2, n_streams=1)
+    wandering = np.random.default_rng(4).normal(0, 1.0, 100) + np.sin(np.arange(100) * 2 * np.pi / PERIOD)
+    for t in range(100):
+        record.push(np.array([0]), np.array([[_shifts(100)[t], wandering[t]]]))
+    assert record.period_[0].tolist() == [PERIOD, PERIOD] and record.scheduled_[0].tolist() == [True, False]
+    levels = record.scheduled_levels(np.array([0]), np.array([[1.0, 1.0]]), np.array([[9.0, 9.0]]))
+    assert levels[0].tolist() == [9.0, 1.0]  # out of step: far out though the window finds it ordinary
+    # An edge of the cycle: far out against the window, ordinary against a cycle earlier; no seasonal level: plain.
+    levels = record.scheduled_levels(np.array([0]), np.array([[5.0, 1.0]]), np.array([[2.0, np.nan]]))
+    assert levels[0].tolist() == [2.0, 1.0]
+    assert record.scheduled_levels(np.array([0]), np.array([[5.0, 1.0]]), np.array([[np.nan, 3.0]]))[0].tolist() == [
+        5.0, 1.0]
+    record.reset_streams(np.array([0]))
+    assert not record.scheduled_.any()
+
+
+def _missing_shift(n: int = 400, seed: int = 5):
+    """One lane of a line's shifts whose shift at readings 318–329 does not happen, with its deviation parts."""
+    x = _shifts(n, seed)
+    x[318:330] = np.random.default_rng(seed + 1).normal(0.0, 0.3, 12)
+    rng = np.random.default_rng(seed)
+    deviation = np.full((n, 2, 1), np.nan)
+    for t in range(17, n):
+        deviation[t] = window_deviation(x[None, max(0, t - 31) : t + 1, None])[0]
+    return x, rng.lognormal(size=n), rng.normal(size=(n, 4)), deviation
+
+
+def test_a_shift_that_does_not_start_alerts_only_where_the_channel_is_scheduled():
+    inputs = _missing_shift()
+    scheduled = _run(fresh(CONFIG.with_overrides("seasonal_fit=0.2")), *inputs)
+    plain = _run(fresh(CONFIG.with_overrides("seasonal_fit=0;seasonal_gain=0")), *inputs)
+    assert any(alert for _, alert, _ in scheduled[318:330])
+    assert not any(alert for _, alert, _ in plain[318:330])  # each missing reading lies inside the window's range
+    assert max(d for _, _, d in plain[318:330]) < 3
+    # Before the cycle is known (at the 100th reading) nothing changes.
+    np.testing.assert_array_equal(np.array(scheduled[:99]), np.array(_run(fresh(CONFIG), *inputs)[:99]))
+
+
+@pytest.mark.parametrize("round_trip", [npz_round_trip, json_round_trip])
+def test_a_save_and_restore_mid_stream_equals_an_uninterrupted_run_with_a_scheduled_channel(round_trip):
+    inputs, config = _missing_shift(), CONFIG.with_overrides("seasonal_fit=0.2")
+    expected = _run(fresh(config), *inputs)
+    first = fresh(config)
+    got = _run(first, *(a[:250] for a in inputs))
+    restored = fresh(config)
+    restored.load_state(round_trip(first.state_dict()))
+    got += _run(restored, *(a[250:] for a in inputs))
+    np.testing.assert_array_equal(np.array(got), np.array(expected))
+    assert restored.seasons.scheduled_[0, 0]
+
+
+def test_a_stream_scaled_model_has_scheduled_channels_without_the_floor():
+    config = DetectorConfig().for_scaling("stream")
+    assert config.seasonal_gain == 0 and config.seasonal_fit > 0
+    detector = Detector(config, dims=4)
+    assert detector.seasonal and detector.seasons.after == config.seasonal_after
+    assert not Detector(config.with_overrides("seasonal_fit=0"), dims=4).seasonal  # no record kept for nothing
+    with pytest.raises(ValueError, match="seasonal_fit must be finite and >= 0"):
+        DetectorConfig(seasonal_fit=-0.1)

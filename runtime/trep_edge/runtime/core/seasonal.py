@@ -1,4 +1,5 @@
-"""A channel's cycle, and ``deviation``'s seasonal floor: a reading judged against the one a cycle earlier.
+"""A channel's cycle, ``deviation``'s seasonal floor, and scheduled channels: a reading judged against the one a cycle
+earlier.
 
 A cycle's normal edges (a beat's peak, a daily rise) lie far out against the last ``deviation_window`` readings but
 near the same moment one cycle earlier. ``SeasonalRecord`` keeps each lane's recent readings per channel, finds the
@@ -13,6 +14,12 @@ seasonal level under ``seasonal_ratio`` times the plain one, the channel is judg
 channels (ETT-like carriers whose days differ), faults were lost on streams of several faults; measured per-stream,
 the floor where the cycle has not foretold the loud readings gains at committed alerts on every corpus
 (docs/detection.md, the seasonal-trust and seasonal-floor rounds).
+
+A channel that keeps to its cycle closely (``cycle_fit`` under ``DetectorConfig.seasonal_fit``: a schedule, not a
+carrier whose days differ) is *scheduled*, and its ``deviation`` level is the seasonal one outright, judged and
+learned: a reading out of step with the cycle (a shift that does not start, a plateau too low, a cycle run late) lies
+inside the range its window spans, so its plain level is small, but far from the same moment a cycle earlier
+(docs/detection.md, the schedule-fit round).
 """
 from __future__ import annotations
 
@@ -30,6 +37,23 @@ MIN_LAG = 4
 
 CYCLE_ACF = 0.3
 """The least autocorrelation a cycle of a channel needs for its seasonal floor (``find_period``'s ``acf``)."""
+
+
+def cycle_fit(x: np.ndarray, period: int) -> float:
+    """How much of a series' spread its cycle leaves unexplained: the scale of its differences from a cycle earlier
+    (their mean absolute deviation, as a standard deviation) over the standard deviation of its finite readings;
+    ``inf`` without a cycle, enough differences or any spread. A schedule kept to the reading reads a few hundredths,
+    a carrier whose days differ (ETT) 0.6–0.9. The mean deviation, not the quartiles: a quantised channel's
+    differences are mostly 0."""
+    x = np.asarray(x, dtype=np.float64)
+    if period <= 0 or len(x) <= period:
+        return np.inf
+    d = x[period:] - x[:-period]
+    d = d[np.isfinite(d)]
+    spread = np.nanstd(x) if np.isfinite(x).any() else 0.0
+    if len(d) < MIN_READINGS or not spread:
+        return np.inf
+    return float(1.2533 * np.mean(np.abs(d - np.median(d))) / spread)
 
 
 def autocorrelation(x: np.ndarray) -> np.ndarray | None:
@@ -70,17 +94,21 @@ def find_period(series: Sequence[np.ndarray], acf: float = 0.3, pmax: int = 1000
 
 
 class SeasonalRecord(StreamState):
-    """Each lane's recent readings per channel, their cycle, and how often it foretold their loud readings.
+    """Each lane's recent readings per channel, their cycle, how well they keep to it, and how often it foretold
+    their loud readings.
 
     A lane's first ``after`` readings since its last reset find each channel's cycle (at most ``after // 2 − 1``
-    readings; ``after`` 0 keeps nothing); a ring of ``size`` readings then holds the ``span`` differences from a
-    cycle earlier that a seasonal level needs. State: ``ring_`` ``[S, C, size]`` (NaN = none yet), ``seen_`` ``[S]``
-    (readings written), ``period_`` ``[S, C]`` (0 = none, or not looked for yet), ``loud_`` and ``foretold_``
+    readings; ``after`` 0 keeps nothing) and whether the channel keeps to it (``cycle_fit`` under ``fit``: a
+    *scheduled* channel); a ring of ``size`` readings then holds the ``span`` differences from a cycle earlier that a
+    seasonal level needs. State: ``ring_`` ``[S, C, size]`` (NaN = none yet), ``seen_`` ``[S]`` (readings written),
+    ``period_`` ``[S, C]`` (0 = none, or not looked for yet), ``scheduled_`` ``[S, C]``, ``loud_`` and ``foretold_``
     ``[S, C]`` (counts).
     """
 
-    def __init__(self, channels: int = 1, span: int = 128, after: int = 750, n_streams: int = 0) -> None:
-        self.channels, self.span, self.after = int(channels), int(span), int(after)
+    def __init__(
+        self, channels: int = 1, span: int = 128, after: int = 750, fit: float = 0.0, n_streams: int = 0
+    ) -> None:
+        self.channels, self.span, self.after, self.fit = int(channels), int(span), int(after), float(fit)
         # The first ``after`` readings, and the longest cycle (after // 2 − 1) with a window of differences behind it;
         # none when ``after`` is 0 (no floor: the detector never pushes).
         self.size = max(self.after, self.after // 2 - 1 + self.span) if self.after else 0
@@ -89,11 +117,11 @@ class SeasonalRecord(StreamState):
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
         c = self.channels
         return {"ring_": np.full((n, c, self.size), np.nan, dtype=np.float32), "seen_": np.zeros(n, dtype=np.int64),
-                "period_": np.zeros((n, c), dtype=np.int64), "loud_": np.zeros((n, c), dtype=np.int64),
-                "foretold_": np.zeros((n, c), dtype=np.int64)}  # fmt: skip
+                "period_": np.zeros((n, c), dtype=np.int64), "scheduled_": np.zeros((n, c), dtype=bool),
+                "loud_": np.zeros((n, c), dtype=np.int64), "foretold_": np.zeros((n, c), dtype=np.int64)}  # fmt: skip
 
     def _config(self) -> dict[str, Any]:
-        return {"channels": self.channels, "span": self.span, "after": self.after}
+        return {"channels": self.channels, "span": self.span, "after": self.after, "fit": self.fit}
 
     def push(
         self, idx: np.ndarray, reading: np.ndarray, skip: np.ndarray | None = None,
@@ -112,6 +140,7 @@ class SeasonalRecord(StreamState):
         for lane in idx[seen + 1 == self.after].tolist():
             history = self.ring_[lane, :, : self.after]
             self.period_[lane] = [find_period([h], CYCLE_ACF, self.after) for h in history]
+            self.scheduled_[lane] = [cycle_fit(h, p) < self.fit for h, p in zip(history, self.period_[lane])]
         rows, channels = np.nonzero((self.period_[idx] > 0) & (True if skip is None else ~skip))
         # Readings t − span + 1 … t and one cycle before each; a slot before the lane's first reading is NaN, as the
         # ring holds fewer than ``size`` readings then (period + span <= size).
@@ -142,12 +171,26 @@ class SeasonalRecord(StreamState):
             self.foretold_[idx] = hits + (was_loud & (seasonal < ratio * plain))
         return out
 
-    def unused(self, idx: np.ndarray, plain: np.ndarray, trust: float, loud: float, need: int) -> np.ndarray:
-        """The selected lanes' channels ``[m, C]`` whose seasonal level ``judged`` would not read given their plain
-        levels ``[m, C]``: a trusted channel's (``judged``: its floor is off) on a reading that is not loud (it does
-        not count). A periodic carrier is mostly trusted, so ``push`` spares its differences on most readings."""
+    def scheduled_levels(self, idx: np.ndarray, plain: np.ndarray, seasonal: np.ndarray) -> np.ndarray:
+        """The selected lanes' levels ``[m, C]``: on scheduled channels their seasonal levels ``[m, C]`` where they have
+        one, else their plain levels. A reading out of step with a cycle its channel keeps to (a shift that does not
+        start, a plateau too low, a late cycle) is far out though it lies inside the range its window spans, and the
+        cycle's own edges, far out against the window, are not. The larger of the two levels found fewer faults: the
+        edges then taught the signal's statistics that such levels are ordinary (docs/detection.md, the schedule-fit
+        round)."""
+        return np.where(self.scheduled_[np.asarray(idx, dtype=np.int64)] & np.isfinite(seasonal), seasonal, plain)
+
+    def unused(
+        self, idx: np.ndarray, plain: np.ndarray, trust: float, loud: float, need: int, floor: bool = True
+    ) -> np.ndarray:
+        """The selected lanes' channels ``[m, C]`` whose seasonal level neither ``scheduled_levels`` nor ``judged`` reads
+        given their plain levels ``[m, C]``: a channel that is not scheduled and, under a ``floor``, trusted
+        (``judged``: its floor is off) on a reading that is not loud (it does not count). A periodic carrier is mostly
+        trusted and seldom scheduled, so ``push`` spares its differences on most readings."""
+        idx = np.asarray(idx, dtype=np.int64)
         with np.errstate(invalid="ignore"):
-            return self._trusted(np.asarray(idx, dtype=np.int64), trust, need) & ~(plain >= loud)
+            spared = self._trusted(idx, trust, need) & ~(plain >= loud) if floor else True
+        return spared & ~self.scheduled_[idx]
 
     def _trusted(self, idx: np.ndarray, trust: float, need: int) -> np.ndarray:
         """The selected lanes' channels ``[m, C]`` whose cycle has foretold ``need`` and a share ``trust`` of their
