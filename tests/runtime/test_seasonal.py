@@ -282,3 +282,20 @@ def test_a_stream_scaled_model_has_scheduled_channels_without_the_floor():
     assert not Detector(config.with_overrides("seasonal_fit=0"), dims=4).seasonal  # no record kept for nothing
     with pytest.raises(ValueError, match="seasonal_fit must be finite and >= 0"):
         DetectorConfig(seasonal_fit=-0.1)
+
+
+def test_a_state_saved_without_a_seasonal_record_resumes_with_scheduled_channels():
+    # A general-model daemon's checkpoint from before seasonal_fit keeps no seasonal readings (and no scheduled_);
+    # resumed by a detector that keeps the record, each lane's record starts fresh and finds its cycle again.
+    before = Detector(CONFIG.with_overrides("seasonal_gain=0"), dims=4)
+    before.add(streams=1, lanes=1)
+    inputs = _missing_shift()
+    _run(before, *(a[:150] for a in inputs))
+    state = {k: v for k, v in npz_round_trip(before.state_dict()).items() if k != "seasons/scheduled_"}
+    after = Detector(CONFIG.with_overrides("seasonal_gain=0;seasonal_fit=0.2"), dims=4)
+    after.add(streams=1, lanes=1)
+    after.load_state(state)
+    assert after.seasons.ring_.shape == (1, 1, 100) and after.seasons.seen_[0] == 0
+    np.testing.assert_array_equal(after.stats.count_, before.stats.count_)
+    _run(after, *(a[150:] for a in inputs))
+    assert after.seasons.scheduled_[0, 0]

@@ -1553,11 +1553,12 @@ class Detector:
         Each part keeps this detector's configuration: a state saved before a setting existed (an earlier version's
         checkpoint) has no value for it, and its arrays for the setting start fresh; a state saved before the step
         record, the stuck record, the seasonal record or the rest record gives every lane a fresh one, and so does a
-        detector without the seasonal floor to a state saved with one (a stream-scaled model's, saved before
-        ``seasonal_scaled``). A representation memory of other dims (another model's, handed over) starts empty."""
+        seasonal record kept at another size (none: a stream-scaled model's, saved before ``seasonal_fit``; or by a
+        detector that now keeps none). A representation memory of other dims (another model's, handed over) starts
+        empty."""
         for prefix, part in self._parts():
             sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
-            fresh = not sub or prefix == "seasons" and not self.seasonal
+            fresh = not sub or prefix == "seasons" and np.shape(sub.get("ring_"))[2:] != (self.seasons.size,)
             lanes = self.stats.n_streams
             if prefix == "memory" and sub:  # loaded first: its lanes are its own rows
                 fresh, lanes = np.shape(sub["ring_"])[2:] != (self.dims,), len(sub["written_"])
