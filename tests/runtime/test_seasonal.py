@@ -233,8 +233,9 @@ def test_a_scheduled_channel_is_judged_by_its_seasonal_level_and_no_other_is():
     # An edge of the cycle: far out against the window, ordinary against a cycle earlier; no seasonal level: plain.
     levels = record.scheduled_levels(np.array([0]), np.array([[5.0, 1.0]]), np.array([[2.0, np.nan]]))
     assert levels[0].tolist() == [2.0, 1.0]
-    assert record.scheduled_levels(np.array([0]), np.array([[5.0, 1.0]]), np.array([[np.nan, 3.0]]))[0].tolist() == [
-        5.0, 1.0]
+    # No reading a cycle earlier: a scheduled channel has no level (its plain one is not what its statistics learn).
+    levels = record.scheduled_levels(np.array([0]), np.array([[5.0, 1.0]]), np.array([[np.nan, 3.0]]))
+    assert np.isnan(levels[0, 0]) and levels[0, 1] == 1.0
     record.reset_streams(np.array([0]))
     assert not record.scheduled_.any()
 
@@ -250,9 +251,10 @@ def _missing_shift(n: int = 400, seed: int = 5):
     return x, rng.lognormal(size=n), rng.normal(size=(n, 4)), deviation
 
 
-def test_a_shift_that_does_not_start_alerts_only_where_the_channel_is_scheduled():
+@pytest.mark.parametrize("floor", ["seasonal_gain=1.414", "seasonal_gain=0"])  # per-stream models; the general model
+def test_a_shift_that_does_not_start_alerts_only_where_the_channel_is_scheduled(floor):
     inputs = _missing_shift()
-    scheduled = _run(fresh(CONFIG.with_overrides("seasonal_fit=0.2")), *inputs)
+    scheduled = _run(fresh(CONFIG.with_overrides(f"seasonal_fit=0.2;{floor}")), *inputs)
     plain = _run(fresh(CONFIG.with_overrides("seasonal_fit=0;seasonal_gain=0")), *inputs)
     assert any(alert for _, alert, _ in scheduled[318:330])
     assert not any(alert for _, alert, _ in plain[318:330])  # each missing reading lies inside the window's range
@@ -299,3 +301,35 @@ def test_a_state_saved_without_a_seasonal_record_resumes_with_scheduled_channels
     np.testing.assert_array_equal(after.stats.count_, before.stats.count_)
     _run(after, *(a[150:] for a in inputs))
     assert after.seasons.scheduled_[0, 0]
+
+
+def _deviation_parts(x: np.ndarray) -> np.ndarray:
+    """``window_deviation`` parts of each reading of one channel against its last 32."""
+    deviation = np.full((len(x), 2, 1), np.nan)
+    for t in range(17, len(x)):
+        deviation[t] = window_deviation(x[None, max(0, t - 31) : t + 1, None])[0]
+    return deviation
+
+
+def test_a_missing_reading_of_a_scheduled_channel_raises_nothing_a_cycle_later():
+    x = _pulses(600)
+    x[[288, 432]] = np.nan  # two pulses lost: a cycle later each pulse has nothing to be read against
+    rng = np.random.default_rng(3)
+    inputs = (x, rng.lognormal(size=600), rng.normal(size=(600, 4)), _deviation_parts(x))
+    config = CONFIG.with_overrides("seasonal_gain=0;seasonal_fit=0.2;refractory=5")
+    out = _run(fresh(config), *inputs)
+    assert not any(alert for _, alert, _ in out[250:])
+    assert np.isnan(out[312][2]) and np.isnan(out[456][2])  # no level, where the plain one read 25 and more
+
+
+def test_a_schedule_kept_exactly_reads_a_small_slip_on_a_share_of_its_spread_not_in_thousands():
+    t = np.arange(2000)
+    x = np.where((t % PERIOD) < PERIOD // 2, 0.0, 10.0)  # on a grid, repeating to the digit
+    x[np.random.default_rng(6).choice(np.arange(150, 2000), 8, replace=False)] += 1.0
+    rng = np.random.default_rng(3)
+    inputs = (x, rng.lognormal(size=2000), rng.normal(size=(2000, 4)), _deviation_parts(x))
+    detector = fresh(CONFIG.with_overrides("seasonal_gain=0;seasonal_fit=0.2"))
+    out = _run(detector, *inputs)
+    assert detector.seasons.scheduled_[0, 0]
+    # A slip of 1 on a spread of 5: at most 1 / (0.02 · 5) = 10 scales; a still window's scale read it as 1,000.
+    assert 1.0 < np.nanmax([d for _, _, d in out[150:]]) < 10.5

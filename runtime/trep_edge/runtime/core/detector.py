@@ -1467,7 +1467,8 @@ class Detector:
             lanes, plain, c.seasonal_trust, c.seasonal_loud, c.seasonal_need, c.seasonal_gain > 0)  # fmt: skip
         rows, channels, differences = self.seasons.push(lanes, reading, skip)
         levels = np.full((len(lanes), self.channels), np.nan)
-        levels[rows, channels] = window_deviation(differences[:, :, None])[:, 0, 0]
+        levels[rows, channels] = self.seasons.floored(lanes, rows, channels, differences,
+                                                      window_deviation(differences[:, :, None])[:, 0, 0])
         return levels
 
     def combine(self, lanes: np.ndarray, surprise: np.ndarray) -> np.ndarray:

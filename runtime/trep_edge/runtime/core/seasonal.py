@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from trep_edge.runtime.core.preprocess import robust_location_scale
 from trep_edge.runtime.core.stream_state import StreamState
 
 MIN_READINGS = 64
@@ -37,6 +38,13 @@ MIN_LAG = 4
 
 CYCLE_ACF = 0.3
 """The least autocorrelation a cycle of a channel needs for its seasonal floor (``find_period``'s ``acf``)."""
+
+
+SCHEDULED_SCALE = 0.02
+"""The least scale a scheduled channel's seasonal level is read on, as a share of the standard deviation of the
+readings its cycle was found in: a schedule kept exactly (no noise, or readings on a grid that repeat to the digit)
+has windows of differences that hold still, whose scale (1e-3) read a change of one unit as a thousand scales. Well
+under the noise of the schedules measured (``bench/periodic_faults.py``: 0.03 and up of the spread)."""
 
 
 def cycle_fit(x: np.ndarray, period: int) -> float:
@@ -101,8 +109,8 @@ class SeasonalRecord(StreamState):
     readings; ``after`` 0 keeps nothing) and whether the channel keeps to it (``cycle_fit`` under ``fit``: a
     *scheduled* channel); a ring of ``size`` readings then holds the ``span`` differences from a cycle earlier that a
     seasonal level needs. State: ``ring_`` ``[S, C, size]`` (NaN = none yet), ``seen_`` ``[S]`` (readings written),
-    ``period_`` ``[S, C]`` (0 = none, or not looked for yet), ``scheduled_`` ``[S, C]``, ``loud_`` and ``foretold_``
-    ``[S, C]`` (counts).
+    ``period_`` ``[S, C]`` (0 = none, or not looked for yet), ``scheduled_`` ``[S, C]``, ``least_`` ``[S, C]`` (a
+    scheduled channel's least scale, ``SCHEDULED_SCALE``), ``loud_`` and ``foretold_`` ``[S, C]`` (counts).
     """
 
     def __init__(
@@ -118,6 +126,7 @@ class SeasonalRecord(StreamState):
         c = self.channels
         return {"ring_": np.full((n, c, self.size), np.nan, dtype=np.float32), "seen_": np.zeros(n, dtype=np.int64),
                 "period_": np.zeros((n, c), dtype=np.int64), "scheduled_": np.zeros((n, c), dtype=bool),
+                "least_": np.zeros((n, c), dtype=np.float64),
                 "loud_": np.zeros((n, c), dtype=np.int64), "foretold_": np.zeros((n, c), dtype=np.int64)}  # fmt: skip
 
     def _config(self) -> dict[str, Any]:
@@ -141,6 +150,7 @@ class SeasonalRecord(StreamState):
             history = self.ring_[lane, :, : self.after]
             self.period_[lane] = [find_period([h], CYCLE_ACF, self.after) for h in history]
             self.scheduled_[lane] = [cycle_fit(h, p) < self.fit for h, p in zip(history, self.period_[lane])]
+            self.least_[lane] = [SCHEDULED_SCALE * np.nanstd(h) if np.isfinite(h).any() else 0.0 for h in history]
         rows, channels = np.nonzero((self.period_[idx] > 0) & (True if skip is None else ~skip))
         # Readings t − span + 1 … t and one cycle before each; a slot before the lane's first reading is NaN, as the
         # ring holds fewer than ``size`` readings then (period + span <= size).
@@ -172,13 +182,29 @@ class SeasonalRecord(StreamState):
         return out
 
     def scheduled_levels(self, idx: np.ndarray, plain: np.ndarray, seasonal: np.ndarray) -> np.ndarray:
-        """The selected lanes' levels ``[m, C]``: on scheduled channels their seasonal levels ``[m, C]`` where they have
-        one, else their plain levels. A reading out of step with a cycle its channel keeps to (a shift that does not
-        start, a plateau too low, a late cycle) is far out though it lies inside the range its window spans, and the
-        cycle's own edges, far out against the window, are not. The larger of the two levels found fewer faults: the
-        edges then taught the signal's statistics that such levels are ordinary (docs/detection.md, the schedule-fit
-        round)."""
-        return np.where(self.scheduled_[np.asarray(idx, dtype=np.int64)] & np.isfinite(seasonal), seasonal, plain)
+        """The selected lanes' levels ``[m, C]``: on scheduled channels their seasonal levels ``[m, C]``, else their
+        plain levels. A reading out of step with a cycle its channel keeps to (a shift that does not start, a plateau
+        too low, a late cycle) is far out though it lies inside the range its window spans, and the cycle's own edges,
+        far out against the window, are not. The larger of the two levels found fewer faults: the edges then taught
+        the signal's statistics that such levels are ordinary (docs/detection.md, the schedule-fit round). A scheduled
+        channel without a seasonal level (the reading a cycle earlier is missing) has none: its plain level, read
+        against statistics learned on seasonal ones, made a cycle's edge one cycle after a gap a false alarm."""
+        return np.where(self.scheduled_[np.asarray(idx, dtype=np.int64)], seasonal, plain)
+
+    def floored(
+        self, idx: np.ndarray, rows: np.ndarray, channels: np.ndarray, differences: np.ndarray, levels: np.ndarray
+    ) -> np.ndarray:
+        """``push``'s seasonal ``levels`` ``[k]`` of the selected lanes (``rows`` into ``idx``, ``channels``), each read
+        on a scale of at least its channel's least one where the channel is scheduled (``SCHEDULED_SCALE``), from the
+        same ``differences`` ``[k, span]``; others as they are (the seasonal floor reads them unchanged)."""
+        lanes = np.asarray(idx, dtype=np.int64)[rows]
+        mine = self.scheduled_[lanes, channels]
+        if not mine.any():
+            return levels
+        _, scale = robust_location_scale(differences[mine, :-1])  # the scale ``detector.window_deviation`` read
+        out = levels.copy()
+        out[mine] *= scale / np.maximum(scale, self.least_[lanes[mine], channels[mine]])
+        return out
 
     def unused(
         self, idx: np.ndarray, plain: np.ndarray, trust: float, loud: float, need: int, floor: bool = True
