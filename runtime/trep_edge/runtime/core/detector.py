@@ -366,8 +366,8 @@ class DetectorConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
         for name in ("record_decay", "peak_decay", "budget", "budget_cost", "quiet", "quiet_margin", "stuck",
-                     "schedule_tol", "escalate", "seasonal_gain", "seasonal_fit", "seasonal_trust", "seasonal_loud", "seasonal_ratio",
-                     "rest_ratio"):
+                     "schedule_tol", "escalate", "seasonal_gain", "seasonal_fit", "seasonal_trust", "seasonal_loud",
+                     "seasonal_ratio", "rest_ratio"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be finite and >= 0, got {getattr(self, name)}")
         if math.isnan(self.record_cap) or self.record_cap <= 0:
