@@ -464,11 +464,14 @@ def count_channels(counts: np.ndarray | None, channels: int) -> np.ndarray | Non
     return np.asarray(counts) > 0
 
 
-def window_deviation(windows: np.ndarray, span: int = 0, tied: np.ndarray | None = None) -> np.ndarray:
+def window_deviation(
+    windows: np.ndarray, span: int = 0, tied: np.ndarray | None = None, least: np.ndarray | None = None
+) -> np.ndarray:
     """How far each window's last step lies from the rest of its window ``[n, W, C]``, per channel: ``[n, 2, C]``;
     ``span`` > 0 judges it against the last ``span`` steps only (``DetectorConfig.deviation_window``); ``tied``
     ``[C]`` marks the channels whose readings tie by design (count channels: ``count_channels``), whose scales are
-    at least ``TIED_FLOOR`` times their mean-deviation scale.
+    at least ``TIED_FLOOR`` times their mean-deviation scale; ``least`` ``[n, C]`` is the least scale each level is
+    read on (a scheduled channel's, ``seasonal.SCHEDULED_SCALE``; 0 = none).
 
     Row 0 is the *level*, ``|x_last − median| / scale`` of the earlier steps (``preprocess.robust_location_scale``);
     row 1 the *step*, ``|Δ_last − median Δ| / max(scale Δ, STEP_FLOOR · scale)``, the last change against the
@@ -490,7 +493,8 @@ def window_deviation(windows: np.ndarray, span: int = 0, tied: np.ndarray | None
     # A scale read off a handful of values (a stream's first readings, a window that is mostly gap) is noise and
     # made every new stream's first readings look like faults: too few earlier values give no deviation.
     enough = np.isfinite(earlier).sum(axis=1) >= min(DEVIATION_MIN_VALUES, w - 1)
-    level = np.where(enough, np.abs(x[:, -1] - loc) / scale, np.nan)
+    level_scale = scale if least is None else np.maximum(scale, np.asarray(least, dtype=np.float64).reshape(n * c))
+    level = np.where(enough, np.abs(x[:, -1] - loc) / level_scale, np.nan)
     change = np.diff(x, axis=1)
     change_loc, change_scale = robust_location_scale(change[:, :-1], floor)
     step = np.where(enough, np.abs(change[:, -1] - change_loc) / np.maximum(change_scale, STEP_FLOOR * scale), np.nan)
@@ -1467,8 +1471,8 @@ class Detector:
             lanes, plain, c.seasonal_trust, c.seasonal_loud, c.seasonal_need, c.seasonal_gain > 0)  # fmt: skip
         rows, channels, differences = self.seasons.push(lanes, reading, skip)
         levels = np.full((len(lanes), self.channels), np.nan)
-        levels[rows, channels] = self.seasons.floored(lanes, rows, channels, differences,
-                                                      window_deviation(differences[:, :, None])[:, 0, 0])
+        least = self.seasons.least_[lanes[rows], channels]  # a scheduled channel's least scale, else 0
+        levels[rows, channels] = window_deviation(differences[:, :, None], least=least[:, None])[:, 0, 0]
         return levels
 
     def combine(self, lanes: np.ndarray, surprise: np.ndarray) -> np.ndarray:

@@ -27,7 +27,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from trep_edge.runtime.core.preprocess import robust_location_scale
 from trep_edge.runtime.core.stream_state import StreamState
 
 MIN_READINGS = 64
@@ -109,8 +108,9 @@ class SeasonalRecord(StreamState):
     readings; ``after`` 0 keeps nothing) and whether the channel keeps to it (``cycle_fit`` under ``fit``: a
     *scheduled* channel); a ring of ``size`` readings then holds the ``span`` differences from a cycle earlier that a
     seasonal level needs. State: ``ring_`` ``[S, C, size]`` (NaN = none yet), ``seen_`` ``[S]`` (readings written),
-    ``period_`` ``[S, C]`` (0 = none, or not looked for yet), ``scheduled_`` ``[S, C]``, ``least_`` ``[S, C]`` (a
-    scheduled channel's least scale, ``SCHEDULED_SCALE``), ``loud_`` and ``foretold_`` ``[S, C]`` (counts).
+    ``period_`` ``[S, C]`` (0 = none, or not looked for yet), ``scheduled_`` ``[S, C]``, ``least_`` ``[S, C]`` (the
+    least scale of a scheduled channel's seasonal level, ``SCHEDULED_SCALE``; 0 for others), ``loud_`` and
+    ``foretold_`` ``[S, C]`` (counts).
     """
 
     def __init__(
@@ -150,7 +150,8 @@ class SeasonalRecord(StreamState):
             history = self.ring_[lane, :, : self.after]
             self.period_[lane] = [find_period([h], CYCLE_ACF, self.after) for h in history]
             self.scheduled_[lane] = [cycle_fit(h, p) < self.fit for h, p in zip(history, self.period_[lane])]
-            self.least_[lane] = [SCHEDULED_SCALE * np.nanstd(h) if np.isfinite(h).any() else 0.0 for h in history]
+            self.least_[lane] = [SCHEDULED_SCALE * np.nanstd(h) if kept and np.isfinite(h).any() else 0.0
+                                 for h, kept in zip(history, self.scheduled_[lane])]
         rows, channels = np.nonzero((self.period_[idx] > 0) & (True if skip is None else ~skip))
         # Readings t − span + 1 … t and one cycle before each; a slot before the lane's first reading is NaN, as the
         # ring holds fewer than ``size`` readings then (period + span <= size).
@@ -190,21 +191,6 @@ class SeasonalRecord(StreamState):
         channel without a seasonal level (the reading a cycle earlier is missing) has none: its plain level, read
         against statistics learned on seasonal ones, made a cycle's edge one cycle after a gap a false alarm."""
         return np.where(self.scheduled_[np.asarray(idx, dtype=np.int64)], seasonal, plain)
-
-    def floored(
-        self, idx: np.ndarray, rows: np.ndarray, channels: np.ndarray, differences: np.ndarray, levels: np.ndarray
-    ) -> np.ndarray:
-        """``push``'s seasonal ``levels`` ``[k]`` of the selected lanes (``rows`` into ``idx``, ``channels``), each read
-        on a scale of at least its channel's least one where the channel is scheduled (``SCHEDULED_SCALE``), from the
-        same ``differences`` ``[k, span]``; others as they are (the seasonal floor reads them unchanged)."""
-        lanes = np.asarray(idx, dtype=np.int64)[rows]
-        mine = self.scheduled_[lanes, channels]
-        if not mine.any():
-            return levels
-        _, scale = robust_location_scale(differences[mine, :-1])  # the scale ``detector.window_deviation`` read
-        out = levels.copy()
-        out[mine] *= scale / np.maximum(scale, self.least_[lanes[mine], channels[mine]])
-        return out
 
     def unused(
         self, idx: np.ndarray, plain: np.ndarray, trust: float, loud: float, need: int, floor: bool = True
