@@ -5,10 +5,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from trep_edge.runtime.core.detector import Detector, DetectorConfig, window_deviation
+from trep_edge.runtime.core.detector import Detector, DetectorConfig, SignalStats, window_deviation
 from trep_edge.runtime.core.engine import load_engine
 from trep_edge.runtime.core.offline import detect_recording
-from trep_edge.runtime.core.seasonal import SeasonalRecord, cycle_fit
+from trep_edge.runtime.core.seasonal import DISAGREE, SeasonalRecord, cycle_fit
 
 from round_trips import json_round_trip, npz_round_trip
 
@@ -276,6 +276,101 @@ def test_a_save_and_restore_mid_stream_equals_an_uninterrupted_run_with_a_schedu
     assert restored.seasons.scheduled_[0, 0]
 
 
+def test_the_cycle_after_a_fault_is_judged_against_the_cycle_before_it_not_the_fault():
+    # The shift at 318–329 does not start; the next one (342–353) does. Against one cycle only, the missing shift is
+    # the next one's reference and the normal shift alerts too.
+    inputs = _missing_shift()
+    one, two = (_run(fresh(CONFIG.with_overrides(f"seasonal_fit=0.2;seasonal_cycles={k}")), *inputs) for k in (1, 2))
+    for out in (one, two):
+        assert any(alert for _, alert, _ in out[318:330])
+    assert any(alert for _, alert, _ in one[342:354])
+    assert not any(alert for _, alert, _ in two[342:354]) and max(d for _, _, d in two[342:354]) < 3
+    with pytest.raises(ValueError, match="seasonal_cycles must be >= 1"):
+        DetectorConfig(seasonal_cycles=0)
+
+
+def test_a_scheduled_channel_is_read_against_the_nearer_cycle_only_where_two_earlier_cycles_disagree():
+    record = SeasonalRecord(channels=2, span=8, after=100, fit=0.2, cycles=2, n_streams=1)
+    assert record.size == 2 * 49 + 8
+    x = np.stack([_shifts(200), _shifts(200, seed=1)], axis=1)
+    x[150:156] = 5.0  # both channels off their cycle for a while
+    for t in range(180):
+        record.push(np.array([0]), x[t : t + 1])
+    assert record.scheduled_[0].all() and 0 < record.typical_[0, 0] < 0.5  # noise of 0.3: differences of about 0.42
+    record.scheduled_[0, 1], record.typical_[0, 1] = False, 0.0  # channel 1: read against a cycle earlier only
+    rows, channels, differences = record.push(np.array([0]), x[180:181])
+    t = np.arange(173, 181)  # the last 8 readings; 150–155 are a cycle before 174–179
+    assert channels.tolist() == [0, 1]
+    np.testing.assert_allclose(differences[1], x[t, 1] - x[t - PERIOD, 1], atol=1e-5)
+    one, two = x[t, 0] - x[t - PERIOD, 0], x[t, 0] - x[t - 2 * PERIOD, 0]
+    disagree = np.abs(x[t - PERIOD, 0] - x[t - 2 * PERIOD, 0]) > DISAGREE * record.typical_[0, 0]
+    assert disagree.tolist() == [False] + [True] * 6 + [False]
+    np.testing.assert_allclose(differences[0], np.where(disagree & (np.abs(two) < np.abs(one)), two, one), atol=1e-5)
+    assert np.abs(differences[0]).max() < 2 < np.abs(differences[1]).max()
+    # Where the two earlier cycles agree, the last one counts: the nearer of two would pick the smaller noise.
+    np.testing.assert_allclose(differences[0][[0, 7]], one[[0, 7]], atol=1e-5)
+
+
+def test_a_lane_found_scheduled_relearns_its_deviation_statistics_from_the_seasonal_levels_of_its_readings_so_far():
+    x = _shifts(400, seed=2)
+    x[222:234] = np.random.default_rng(9).normal(0.0, 0.3, 12)  # 222 % 24 = 6: a shift that does not start
+    rng = np.random.default_rng(3)
+    distance, z, deviation = rng.lognormal(size=400), rng.normal(size=(400, 4)), _deviation_parts(x)
+    config = CONFIG.with_overrides("seasonal_gain=0;seasonal_fit=0.2;seasonal_after=200")
+    k, one = config.signals.index("deviation"), np.array([0])
+
+    def run(inflate_at: int) -> tuple[tuple[float, ...], list[int]]:
+        detector, alerts = fresh(config), []
+        for t in range(400):
+            if t == inflate_at:  # statistics as a cycle's edges, far out against the window, leave them
+                detector.stats.var_[0, k] = 100.0
+            step = detector.step(one, one, one, distance[t : t + 1], z[t : t + 1], deviation[t : t + 1], None,
+                                 x[t : t + 1, None])  # fmt: skip
+            if t == 199:  # the 200th reading: the cycle is found, the channel scheduled
+                stats = (detector.stats.count_[0, k], detector.stats.mean_[0, k], detector.stats.var_[0, k])
+            if step.alert[0]:
+                alerts.append(t)
+        return stats, alerts
+
+    # The statistics are those of the seasonal levels of every 4th reading (RELEARN_STRIDE) back from the 200th,
+    # whose windows of 32 differences from a cycle earlier have no gap, learned in order.
+    expected = SignalStats(1, config.horizon, 1, None, config.tail_dof, 1)
+    differences = x[:200] - np.concatenate([np.full(PERIOD, np.nan), x[: 200 - PERIOD]])
+    windows = np.lib.stride_tricks.sliding_window_view(differences, 32)[::-1][::4][::-1]
+    windows = windows[np.isfinite(windows).all(axis=1)][:, :, None]
+    least = np.full((len(windows), 1), 0.02 * np.std(x[:200].astype(np.float32)))
+    for level in window_deviation(windows, least=least)[:, 0, 0]:
+        expected.learn(one, np.array([[level]]), np.array([True]))
+    stats, alerts = run(inflate_at=199)
+    assert stats[0] == expected.count_[0, 0] == len(range(199, 24 + 31 - 1, -4))
+    np.testing.assert_allclose(stats[1:], (expected.mean_[0, 0], expected.var_[0, 0]), rtol=1e-4)
+    assert 222 in alerts  # the inflated statistics were relearnt ...
+    assert run(inflate_at=200)[1] == []  # ... and left in place, the shift that does not start is ordinary
+
+
+@pytest.mark.parametrize("round_trip", [npz_round_trip, json_round_trip])
+def test_a_record_saved_at_another_size_is_laid_into_this_one_and_its_lanes_keep_their_cycles(round_trip):
+    # A checkpoint of a detector that compared with one cycle only (a smaller ring) resumes without finding its cycles
+    # again: the readings it kept lie where the larger ring reads them.
+    inputs = _missing_shift()
+    before = fresh(CONFIG.with_overrides("seasonal_fit=0.2;seasonal_cycles=1"))
+    _run(before, *(a[:250] for a in inputs))
+    after = fresh(CONFIG.with_overrides("seasonal_fit=0.2;seasonal_cycles=2"))
+    after.load_state(round_trip(before.state_dict()))
+    old, new = before.seasons, after.seasons
+    assert (old.size, new.size) == (100, 130)
+    assert new.seen_[0] == 250 and new.period_[0, 0] == PERIOD and new.scheduled_[0, 0]
+    kept = np.arange(150, 250)  # the old ring's readings
+    np.testing.assert_array_equal(new.ring_[0, 0, kept % 130], old.ring_[0, 0, kept % 100])
+    assert np.isnan(new.ring_[0, 0, np.arange(120, 150) % 130]).all()  # readings the old ring no longer held
+    # From the next reading on it judges the scheduled channel as a record that never stopped: the missing shift
+    # alerts, and the cycle after it does not.
+    out = _run(after, *(a[250:] for a in inputs))
+    assert all(np.isfinite(d) for _, _, d in out[:10])
+    assert any(alert for _, alert, _ in out[318 - 250 : 330 - 250])
+    assert not any(alert for _, alert, _ in out[342 - 250 : 354 - 250])
+
+
 def test_a_stream_scaled_model_has_scheduled_channels_without_the_floor():
     config = DetectorConfig().for_scaling("stream")
     assert config.seasonal_gain == 0 and config.seasonal_fit > 0
@@ -297,7 +392,7 @@ def test_a_state_saved_without_a_seasonal_record_resumes_with_scheduled_channels
     after = Detector(CONFIG.with_overrides("seasonal_gain=0;seasonal_fit=0.2"), dims=4)
     after.add(streams=1, lanes=1)
     after.load_state(state)
-    assert after.seasons.ring_.shape == (1, 1, 100) and after.seasons.seen_[0] == 0
+    assert after.seasons.ring_.shape == (1, 1, 2 * 49 + 32) and after.seasons.seen_[0] == 0  # two cycles of 49
     np.testing.assert_array_equal(after.stats.count_, before.stats.count_)
     _run(after, *(a[150:] for a in inputs))
     assert after.seasons.scheduled_[0, 0]
@@ -313,11 +408,14 @@ def _deviation_parts(x: np.ndarray) -> np.ndarray:
 
 def test_a_missing_reading_of_a_scheduled_channel_raises_nothing_a_cycle_later():
     x = _pulses(600)
-    x[[288, 432]] = np.nan  # two pulses lost: a cycle later each pulse has nothing to be read against
+    x[[288, 432]] = np.nan  # two pulses lost: a cycle later each pulse is read against the one two cycles earlier
     rng = np.random.default_rng(3)
     inputs = (x, rng.lognormal(size=600), rng.normal(size=(600, 4)), _deviation_parts(x))
     config = CONFIG.with_overrides("seasonal_gain=0;seasonal_fit=0.2;refractory=5")
     out = _run(fresh(config), *inputs)
+    assert not any(alert for _, alert, _ in out[250:])
+    assert np.isfinite(out[312][2]) and np.isfinite(out[456][2])  # judged, where one cycle gave no level
+    out = _run(fresh(config.with_overrides("seasonal_cycles=1")), *inputs)
     assert not any(alert for _, alert, _ in out[250:])
     assert np.isnan(out[312][2]) and np.isnan(out[456][2])  # no level, where the plain one read 25 and more
 

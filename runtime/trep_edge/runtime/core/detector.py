@@ -77,6 +77,10 @@ model's outputs, so a model swap relearns them (``Detector.for_model``); ``devia
 RELEARN_MIN_VALUES = 16
 """Values a model signal needs in ``Detector.relearn`` to replace the old model's statistics of a lane."""
 
+RELEARN_STRIDE = 4
+"""Readings between two windows whose level ``Detector._relearn_deviation`` learns: a lane's 150-odd levels describe
+its history's spread as well as all 600 of them, at a quarter of the cost (a robust scale per window)."""
+
 LOG_FLOOR = {"distance": 1e-6, "novelty": 1e-2}
 """Signals judged in log space (≥ 0 and heavy-tailed), and what is added before the log so that 0 stays finite;
 ``deviation`` (already in robust units) is judged as it is."""
@@ -264,6 +268,10 @@ class DetectorConfig:
             benchmark's carriers (ETT, MIMIC-II, traffic, ECG) unscheduled, and on clean schedules
             (``bench/periodic_faults.py``) it finds faults the window cannot (docs/detection.md, the schedule-fit
             round).
+        seasonal_cycles: a scheduled channel's reading is compared with the same moment this many cycles back, and
+            the nearest counts. With 1, a fault one cycle long became the reference for the next cycle, whose normal
+            readings then alerted too (6 of 52 alerts on clean schedules); each more cycle costs a seasonal record of
+            up to ``seasonal_after // 2`` more readings per channel (docs/detection.md, the echo round).
         seasonal_after: readings since a lane's start or reset in which its channels' cycles are found (the longest
             cycle looked for is half of it); the floor and scheduled channels start after them.
         seasonal_trust: a channel is judged plainly once its cycle has foretold ``seasonal_need`` and this share of
@@ -336,6 +344,7 @@ class DetectorConfig:
     schedule_tol: float = 0.002
     seasonal_gain: float = 1.414
     seasonal_fit: float = 0.2
+    seasonal_cycles: int = 2
     seasonal_after: int = 750
     seasonal_trust: float = 0.3
     seasonal_loud: float = 4.0
@@ -354,7 +363,7 @@ class DetectorConfig:
         if self.combine not in COMBINATIONS:
             raise ValueError(f"detector combine must be one of {list(COMBINATIONS)}, got {self.combine!r}")
         for name in ("memory", "stride", "horizon", "short", "min_count", "scale_warmup", "debounce", "min_warmup",
-                     "budget_span"):
+                     "budget_span", "seasonal_cycles"):
             if getattr(self, name) < 1:
                 raise ValueError(f"detector {name} must be >= 1, got {getattr(self, name)}")
         if self.tail_dof < 0 or self.tail_dof % 2:
@@ -1313,7 +1322,7 @@ class Detector:
         self.steps = StepRecord(channels, c.step_span, c.step_record)
         self.stuck = StuckRecord(channels, c.stuck_history, c.stop)
         self.seasons = SeasonalRecord(channels, c.deviation_window, c.seasonal_after if self.seasonal else 0,
-                                      c.seasonal_fit)
+                                      c.seasonal_fit, c.seasonal_cycles)
         self.rest = RestRecord(channels, c.rest_ratio)
         self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior, c.tail_dof)
         # A prior stands for that many readings of the stream's own warm-up, never for its first min_warmup.
@@ -1470,10 +1479,46 @@ class Detector:
         skip = np.ones((len(lanes), self.channels), dtype=bool) if plain is None else self.seasons.unused(
             lanes, plain, c.seasonal_trust, c.seasonal_loud, c.seasonal_need, c.seasonal_gain > 0)  # fmt: skip
         rows, channels, differences = self.seasons.push(lanes, reading, skip)
+        found = (self.seasons.seen_[lanes] == self.seasons.after) & self.seasons.scheduled_[lanes].any(axis=1)
+        if found.any():
+            self._relearn_deviation(lanes[found])
         levels = np.full((len(lanes), self.channels), np.nan)
         least = self.seasons.least_[lanes[rows], channels]  # a scheduled channel's least scale, else 0
         levels[rows, channels] = window_deviation(differences[:, :, None], least=least[:, None])[:, 0, 0]
         return levels
+
+    def _relearn_deviation(self, lanes: np.ndarray) -> None:
+        """Relearn the ``deviation`` statistics of ``lanes``, whose cycles have just been found with a scheduled
+        channel among them, from the levels of every ``RELEARN_STRIDE``-th of their readings so far as they would have
+        been had the cycles been known: seasonal on the scheduled channels, plain on the others
+        (``SeasonalRecord.history``; a step folded in and a channel at rest are left out, and the seasonal floor is
+        judged, not learned). A scheduled channel's level changes its meaning, and the statistics learned on plain
+        levels (a cycle's edges, far out against the window) made a fault's seasonal level of 68 read as a surprise of
+        6.7 a thousand readings later (docs/detection.md, the echo round). A lane with fewer than
+        ``RELEARN_MIN_VALUES`` levels keeps its statistics."""
+        c = self.config
+        span, k = c.deviation_window, c.signals.index("deviation")
+        # Every RELEARN_STRIDE-th window, ending at the last reading; each channel's windows without a missing value.
+        ends = np.arange(self.seasons.after - 1, span - 2, -RELEARN_STRIDE)[::-1]
+        at = ends[:, None] - np.arange(span)[::-1]
+        values = np.full((len(lanes), len(ends)), np.nan)
+        for row, lane in enumerate(lanes.tolist()):
+            readings, differences = self.seasons.history(lane)
+            scheduled = self.seasons.scheduled_[lane]
+            for channel, series in enumerate(np.where(scheduled[:, None], differences, readings)):
+                windows = series[at]  # [n, W]
+                full = np.isfinite(windows).all(axis=1)
+                least = np.full((int(full.sum()), 1), self.seasons.least_[lane, channel])
+                level = window_deviation(windows[full][:, :, None], least=least)[:, 0, 0]
+                values[row, full] = np.fmax(values[row, full], level)  # a lane's worst channel
+        scratch = SignalStats(1, c.horizon, 1, None, c.tail_dof, len(lanes))
+        for t in range(values.shape[1]):
+            scratch.learn(np.arange(len(lanes)), values[:, t : t + 1], np.ones(len(lanes), dtype=bool))
+        rows = np.flatnonzero(scratch.count_[:, 0] >= RELEARN_MIN_VALUES)
+        s = self.stats
+        for part in ("count_", "mean_", "var_"):
+            getattr(s, part)[lanes[rows], k] = getattr(scratch, part)[rows, 0]
+        s.recent_[lanes[rows], k] = np.nan  # the last plain levels are not this signal's present
 
     def combine(self, lanes: np.ndarray, surprise: np.ndarray) -> np.ndarray:
         """One surprise per lane from its signal surprises ``[m, K]`` (``DetectorConfig.combine``): Fisher's method,
@@ -1557,13 +1602,17 @@ class Detector:
 
         Each part keeps this detector's configuration: a state saved before a setting existed (an earlier version's
         checkpoint) has no value for it, and its arrays for the setting start fresh; a state saved before the step
-        record, the stuck record, the seasonal record or the rest record gives every lane a fresh one, and so does a
-        seasonal record kept at another size (none: a stream-scaled model's, saved before ``seasonal_fit``; or by a
-        detector that now keeps none). A representation memory of other dims (another model's, handed over) starts
-        empty."""
+        record, the stuck record, the seasonal record or the rest record gives every lane a fresh one. A seasonal
+        record kept at another size (by a version that compared a scheduled channel with one cycle only, a
+        stream-scaled model's saved before ``seasonal_fit``, or a detector that now keeps none) is laid into this
+        one's (``SeasonalRecord.adopted``). A representation memory of other dims (another model's, handed over)
+        starts empty."""
         for prefix, part in self._parts():
             sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
-            fresh = not sub or prefix == "seasons" and np.shape(sub.get("ring_"))[2:] != (self.seasons.size,)
+            if prefix == "seasons" and "ring_" in sub and np.shape(sub["ring_"])[2:] != (self.seasons.size,):
+                self.seasons = self.seasons.adopted(sub)
+                continue
+            fresh = not sub
             lanes = self.stats.n_streams
             if prefix == "memory" and sub:  # loaded first: its lanes are its own rows
                 fresh, lanes = np.shape(sub["ring_"])[2:] != (self.dims,), len(sub["written_"])

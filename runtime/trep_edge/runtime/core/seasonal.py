@@ -19,11 +19,13 @@ A channel that keeps to its cycle closely (``cycle_fit`` under ``DetectorConfig.
 carrier whose days differ) is *scheduled*, and its ``deviation`` level is the seasonal one outright, judged and
 learned: a reading out of step with the cycle (a shift that does not start, a plateau too low, a cycle run late) lies
 inside the range its window spans, so its plain level is small, but far from the same moment a cycle earlier
-(docs/detection.md, the schedule-fit round).
+(docs/detection.md, the schedule-fit round). Where the last cycle and an earlier one disagree at a moment (one of them was out of
+step), it is compared with the nearer: against the last cycle only, a fault became the reference for the next cycle's
+normal readings, which alerted one cycle later (docs/detection.md, the echo round).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -46,6 +48,14 @@ has windows of differences that hold still, whose scale (1e-3) read a change of 
 under the noise of the schedules measured (``bench/periodic_faults.py``: 0.03 and up of the spread)."""
 
 
+DISAGREE = 3.0
+"""Two earlier cycles of a scheduled channel disagree at a moment when their readings there lie more than this many
+of the channel's typical differences from a cycle earlier apart: one of them was out of step, and the reading is
+judged against the nearer one. Where they agree the reading is judged against the last cycle alone: the nearer of two
+cycles that agree picks the smaller of two noises, and read against a window of such differences a reading's own
+noise reached 5–6 scales where one cycle read 3 (bench/periodic_faults.py: 29 false alarms against 21)."""
+
+
 def cycle_fit(x: np.ndarray, period: int) -> float:
     """How much of a series' spread its cycle leaves unexplained: the scale of its differences from a cycle earlier
     (their mean absolute deviation, as a standard deviation) over the standard deviation of its finite readings;
@@ -61,6 +71,19 @@ def cycle_fit(x: np.ndarray, period: int) -> float:
     if len(d) < MIN_READINGS or not spread:
         return np.inf
     return float(1.2533 * np.mean(np.abs(d - np.median(d))) / spread)
+
+
+def nearest_difference(now: np.ndarray, last: np.ndarray, earlier: Sequence[np.ndarray], bar: np.ndarray) -> np.ndarray:
+    """Each reading's difference from the same moment a cycle earlier (``now − last``), or, where that reading and one
+    of ``earlier`` (the same moment 2, 3 … cycles back) lie more than ``bar`` apart (one of them was out of step) or
+    the reading a cycle earlier is missing, from the nearer of them. All arrays broadcast alike; NaN = missing."""
+    differences = now - last
+    for back in earlier:
+        other = now - back
+        with np.errstate(invalid="ignore"):
+            nearer = (np.abs(last - back) > bar) & (np.abs(other) < np.abs(differences)) | np.isnan(differences)
+        differences = np.where(nearer, other, differences)
+    return differences
 
 
 def autocorrelation(x: np.ndarray) -> np.ndarray | None:
@@ -109,28 +132,47 @@ class SeasonalRecord(StreamState):
     *scheduled* channel); a ring of ``size`` readings then holds the ``span`` differences from a cycle earlier that a
     seasonal level needs. State: ``ring_`` ``[S, C, size]`` (NaN = none yet), ``seen_`` ``[S]`` (readings written),
     ``period_`` ``[S, C]`` (0 = none, or not looked for yet), ``scheduled_`` ``[S, C]``, ``least_`` ``[S, C]`` (the
-    least scale of a scheduled channel's seasonal level, ``SCHEDULED_SCALE``; 0 for others), ``loud_`` and
-    ``foretold_`` ``[S, C]`` (counts).
+    least scale of a scheduled channel's seasonal level, ``SCHEDULED_SCALE``; 0 for others), ``typical_`` ``[S, C]``
+    (a scheduled channel's typical difference from a cycle earlier, ``cycle_fit`` times its spread; 0 for others, or
+    unknown), ``loud_`` and ``foretold_`` ``[S, C]`` (counts). A scheduled channel's differences are from a cycle
+    earlier, or where that cycle and one up to ``cycles`` back disagree (``DISAGREE``), from the nearer of them.
     """
 
     def __init__(
-        self, channels: int = 1, span: int = 128, after: int = 750, fit: float = 0.0, n_streams: int = 0
+        self, channels: int = 1, span: int = 128, after: int = 750, fit: float = 0.0, cycles: int = 1,
+        n_streams: int = 0,
     ) -> None:
         self.channels, self.span, self.after, self.fit = int(channels), int(span), int(after), float(fit)
-        # The first ``after`` readings, and the longest cycle (after // 2 − 1) with a window of differences behind it;
-        # none when ``after`` is 0 (no floor: the detector never pushes).
-        self.size = max(self.after, self.after // 2 - 1 + self.span) if self.after else 0
+        self.cycles = int(cycles) if self.fit > 0 else 1  # only scheduled channels look further back
+        # The first ``after`` readings, and ``cycles`` of the longest cycle (after // 2 − 1) with a window of
+        # differences behind them; none when ``after`` is 0 (no floor: the detector never pushes).
+        self.size = max(self.after, self.cycles * (self.after // 2 - 1) + self.span) if self.after else 0
         super().__init__(n_streams)
 
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
         c = self.channels
         return {"ring_": np.full((n, c, self.size), np.nan, dtype=np.float32), "seen_": np.zeros(n, dtype=np.int64),
                 "period_": np.zeros((n, c), dtype=np.int64), "scheduled_": np.zeros((n, c), dtype=bool),
-                "least_": np.zeros((n, c), dtype=np.float64),
+                "least_": np.zeros((n, c), dtype=np.float64), "typical_": np.zeros((n, c), dtype=np.float64),
                 "loud_": np.zeros((n, c), dtype=np.int64), "foretold_": np.zeros((n, c), dtype=np.int64)}  # fmt: skip
 
     def _config(self) -> dict[str, Any]:
-        return {"channels": self.channels, "span": self.span, "after": self.after, "fit": self.fit}
+        return {"channels": self.channels, "span": self.span, "after": self.after, "fit": self.fit,
+                "cycles": self.cycles}
+
+    def adopted(self, state: Mapping[str, Any]) -> SeasonalRecord:
+        """A record of this one's configuration holding the lanes of a saved one (``state_dict`` output) whose ring has
+        another size (kept with fewer ``cycles``, or before the stream-scaled model kept any): each lane's last
+        readings that fit this ring lie where it reads them, and its cycles, schedules and counts carry over, so an
+        upgrade does not spend a lane's next ``after`` readings finding its cycle again."""
+        ring = np.asarray(state["ring_"], dtype=np.float32)
+        seen = np.asarray(state["seen_"], dtype=np.int64)
+        laid = np.full((len(seen), self.channels, self.size), np.nan, dtype=np.float32)
+        t = seen[:, None] - 1 - np.arange(min(ring.shape[2], self.size))  # each lane's last readings, newest first
+        lanes, back = np.nonzero(t >= 0)
+        t = t[lanes, back]
+        laid[lanes, :, t % self.size] = ring[lanes, :, t % ring.shape[2]]
+        return self.with_arrays({**state, "ring_": laid})
 
     def push(
         self, idx: np.ndarray, reading: np.ndarray, skip: np.ndarray | None = None,
@@ -139,7 +181,9 @@ class SeasonalRecord(StreamState):
         not marked in ``skip`` ``[m, C]`` (their seasonal level is not needed: ``unused``), their positions (``rows``
         into ``idx``, ``channels``) and each one's last ``span`` differences from a cycle earlier ``[k, span]``, oldest
         first (NaN before the lane's first reading), whose last value's level is the seasonal one
-        (``detector.window_deviation``)."""
+        (``detector.window_deviation``). On a scheduled channel each difference is the smallest of those from the
+        same moment 1 … ``cycles`` cycles earlier that disagree with the last cycle there (``DISAGREE``), or from a
+        cycle earlier: one cycle after a fault, the cycle before it is the reference."""
         idx = np.asarray(idx, dtype=np.int64)
         reading = np.asarray(reading, dtype=np.float32).reshape(len(idx), self.channels)
         seen = self.seen_[idx]
@@ -149,17 +193,42 @@ class SeasonalRecord(StreamState):
         for lane in idx[seen + 1 == self.after].tolist():
             history = self.ring_[lane, :, : self.after]
             self.period_[lane] = [find_period([h], CYCLE_ACF, self.after) for h in history]
-            self.scheduled_[lane] = [cycle_fit(h, p) < self.fit for h, p in zip(history, self.period_[lane])]
-            self.least_[lane] = [SCHEDULED_SCALE * np.nanstd(h) if kept and np.isfinite(h).any() else 0.0
-                                 for h, kept in zip(history, self.scheduled_[lane])]
+            fit = np.array([cycle_fit(h, p) for h, p in zip(history, self.period_[lane])])
+            spread = np.array([np.nanstd(h) if np.isfinite(h).any() else 0.0 for h in history])
+            self.scheduled_[lane] = fit < self.fit
+            self.least_[lane] = np.where(self.scheduled_[lane], SCHEDULED_SCALE * spread, 0.0)
+            self.typical_[lane] = np.where(self.scheduled_[lane], fit * spread, 0.0)
         rows, channels = np.nonzero((self.period_[idx] > 0) & (True if skip is None else ~skip))
         # Readings t − span + 1 … t and one cycle before each; a slot before the lane's first reading is NaN, as the
-        # ring holds fewer than ``size`` readings then (period + span <= size).
+        # ring holds fewer than ``size`` readings then (cycles × period + span <= size).
         t = seen[rows][:, None] - np.arange(self.span)[::-1]
-        back = t - self.period_[idx[rows], channels][:, None]
+        period = self.period_[idx[rows], channels][:, None]
         lanes, ch = idx[rows][:, None], channels[:, None]
-        differences = self.ring_[lanes, ch, t % self.size].astype(np.float64) - self.ring_[lanes, ch, back % self.size]
+        now = self.ring_[lanes, ch, t % self.size].astype(np.float64)
+        last = self.ring_[lanes, ch, (t - period) % self.size].astype(np.float64)
+        differences = now - last
+        # Lanes restored from a state saved before ``typical_`` (0) compare with a cycle earlier only.
+        kept = np.flatnonzero(self.typical_[idx[rows], channels] > 0)
+        if len(kept) and self.cycles > 1:
+            lanes, ch, t, period = lanes[kept], ch[kept], t[kept], period[kept]
+            earlier = [self.ring_[lanes, ch, (t - k * period) % self.size] for k in range(2, self.cycles + 1)]
+            bar = DISAGREE * self.typical_[lanes, ch]
+            differences[kept] = nearest_difference(now[kept], last[kept], earlier, bar)
         return rows, channels, differences
+
+    def history(self, lane: int) -> tuple[np.ndarray, np.ndarray]:
+        """A lane's first ``after`` readings ``[C, after]`` (call it when its cycles have just been found) and, on its
+        scheduled channels, their differences as ``push`` gives them (NaN elsewhere, and before a cycle's worth):
+        what its channels' levels would have been, had the cycles been known from the start."""
+        readings = self.ring_[lane, :, : self.after].astype(np.float64)
+        differences = np.full_like(readings, np.nan)
+        for c in np.flatnonzero(self.typical_[lane] > 0).tolist():
+            p, x = int(self.period_[lane, c]), readings[c]
+            back = np.full((self.cycles, len(x)), np.nan)  # the same moment 1 … cycles cycles earlier
+            for k in range(1, min(self.cycles, (len(x) - 1) // p) + 1):
+                back[k - 1, k * p :] = x[: -k * p]
+            differences[c] = nearest_difference(x, back[0], back[1:], DISAGREE * self.typical_[lane, c])
+        return readings, differences
 
     def judged(
         self, idx: np.ndarray, plain: np.ndarray, seasonal: np.ndarray, gain: float, trust: float, loud: float,
