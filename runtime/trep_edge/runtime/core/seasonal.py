@@ -19,9 +19,9 @@ A channel that keeps to its cycle closely (``cycle_fit`` under ``DetectorConfig.
 carrier whose days differ) is *scheduled*, and its ``deviation`` level is the seasonal one outright, judged and
 learned: a reading out of step with the cycle (a shift that does not start, a plateau too low, a cycle run late) lies
 inside the range its window spans, so its plain level is small, but far from the same moment a cycle earlier
-(docs/detection.md, the schedule-fit round). Where the last cycle and an earlier one disagree at a moment (one of them was out of
-step), it is compared with the nearer: against the last cycle only, a fault became the reference for the next cycle's
-normal readings, which alerted one cycle later (docs/detection.md, the echo round).
+(docs/detection.md, the schedule-fit round). Where the last cycle and an earlier one disagree at a moment (one of
+them was out of step), it is compared with the nearer: against the last cycle only, a fault became the reference for
+the next cycle's normal readings, which alerted one cycle later (docs/detection.md, the echo round).
 """
 from __future__ import annotations
 
