@@ -268,10 +268,12 @@ class DetectorConfig:
             benchmark's carriers (ETT, MIMIC-II, traffic, ECG) unscheduled, and on clean schedules
             (``bench/periodic_faults.py``) it finds faults the window cannot (docs/detection.md, the schedule-fit
             round).
-        seasonal_cycles: a scheduled channel's reading is compared with the same moment this many cycles back, and
-            the nearest counts. With 1, a fault one cycle long became the reference for the next cycle, whose normal
-            readings then alerted too (6 of 52 alerts on clean schedules); each more cycle costs a seasonal record of
-            up to ``seasonal_after // 2`` more readings per channel (docs/detection.md, the echo round).
+        seasonal_cycles: how many cycles back a scheduled channel's reading may be compared: where the reading a
+            cycle earlier and one up to this many cycles back disagree (``seasonal.DISAGREE``: one was out of step),
+            the nearer counts; elsewhere the last cycle does. With 1, a fault one cycle long became the reference for
+            the next cycle, whose normal readings then alerted too (6 of 52 alerts on clean schedules); each more cycle
+            costs a seasonal record of up to ``seasonal_after // 2`` more readings per channel (docs/detection.md, the
+            echo round).
         seasonal_after: readings since a lane's start or reset in which its channels' cycles are found (the longest
             cycle looked for is half of it); the floor and scheduled channels start after them.
         seasonal_trust: a channel is judged plainly once its cycle has foretold ``seasonal_need`` and this share of
@@ -1471,7 +1473,8 @@ class Detector:
     ) -> np.ndarray | None:
         """Write the lanes' readings to the seasonal record and return their channels' seasonal levels ``[m, C]``
         (NaN: no cycle, too few differences yet, or not read given the plain levels ``[m, C]``:
-        ``SeasonalRecord.unused``); None without a floor or without readings."""
+        ``SeasonalRecord.unused``); None without a floor or without readings. A lane whose cycles this reading finds,
+        with a scheduled channel among them, has its ``deviation`` statistics relearnt (``_relearn_deviation``)."""
         if not self.seasonal or reading is None:
             return None
         c = self.config

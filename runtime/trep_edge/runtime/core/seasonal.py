@@ -181,9 +181,8 @@ class SeasonalRecord(StreamState):
         not marked in ``skip`` ``[m, C]`` (their seasonal level is not needed: ``unused``), their positions (``rows``
         into ``idx``, ``channels``) and each one's last ``span`` differences from a cycle earlier ``[k, span]``, oldest
         first (NaN before the lane's first reading), whose last value's level is the seasonal one
-        (``detector.window_deviation``). On a scheduled channel each difference is the smallest of those from the
-        same moment 1 … ``cycles`` cycles earlier that disagree with the last cycle there (``DISAGREE``), or from a
-        cycle earlier: one cycle after a fault, the cycle before it is the reference."""
+        (``detector.window_deviation``). On a scheduled channel each difference is ``nearest_difference``'s over the
+        same moment 1 … ``cycles`` cycles earlier: one cycle after a fault, the cycle before it is the reference."""
         idx = np.asarray(idx, dtype=np.int64)
         reading = np.asarray(reading, dtype=np.float32).reshape(len(idx), self.channels)
         seen = self.seen_[idx]
