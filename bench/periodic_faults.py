@@ -28,7 +28,7 @@ NOISE = (0.01, 0.04)
 FAULTS = ("missing", "flat", "raised", "lowered", "late", "extra", "none")
 
 
-def _shape(name: str, phase: np.ndarray) -> np.ndarray:
+def shape_at(name: str, phase: np.ndarray) -> np.ndarray:
     """One cycle shape at ``phase`` in [0, 1): the level a fault-free feed reads there (range about 20–80)."""
     if name == "shift":  # a line running from a third of the day to three quarters, with short ramps
         return 20 + 60 * np.clip(np.minimum((phase - 0.33) / 0.02, (0.75 - phase) / 0.02), 0, 1)
@@ -50,7 +50,7 @@ def periodic_stream(shape: str, fault: str, period: int, noise: float, rng: np.r
     """One feed of ``shape`` with ``fault`` in one cycle; the fault's event is its changed readings."""
     t = np.arange(LENGTH)
     phase = (t % period) / period
-    clean = _shape(shape, phase)
+    clean = shape_at(shape, phase)
     values = clean.copy()
     start = period * int(rng.integers(int(0.4 * LENGTH) // period + 1, int(0.8 * LENGTH) // period))
     cycle = slice(start, start + period)
@@ -64,7 +64,7 @@ def periodic_stream(shape: str, fault: str, period: int, noise: float, rng: np.r
     elif fault == "lowered":
         values[cycle] = np.where(high, clean[cycle] - 15, clean[cycle])
     elif fault == "late":  # a quarter of a cycle late
-        values[cycle] = _shape(shape, ((t[cycle] - period // 4) % period) / period)
+        values[cycle] = shape_at(shape, ((t[cycle] - period // 4) % period) / period)
     elif fault == "extra":  # the busy part's start again, half a cycle later
         busy = np.flatnonzero(high)[: max(period // 12, 4)]
         at = start + (busy + period // 2) % period

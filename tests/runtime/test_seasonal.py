@@ -280,7 +280,8 @@ def test_the_cycle_after_a_fault_is_judged_against_the_cycle_before_it_not_the_f
     # The shift at 318–329 does not start; the next one (342–353) does. Against one cycle only, the missing shift is
     # the next one's reference and the normal shift alerts too.
     inputs = _missing_shift()
-    one, two = (_run(fresh(CONFIG.with_overrides(f"seasonal_fit=0.2;seasonal_cycles={k}")), *inputs) for k in (1, 2))
+    one, two = (_run(fresh(CONFIG.with_overrides(f"seasonal_fit=0.2;seasonal_week=0;seasonal_cycles={k}")), *inputs)
+                for k in (1, 2))  # fmt: skip
     for out in (one, two):
         assert any(alert for _, alert, _ in out[318:330])
     assert any(alert for _, alert, _ in one[342:354])
@@ -309,6 +310,42 @@ def test_a_scheduled_channel_is_read_against_the_nearer_cycle_only_where_two_ear
     assert np.abs(differences[0]).max() < 2 < np.abs(differences[1]).max()
     # Where the two earlier cycles agree, the last one counts: the nearer of two would pick the smaller noise.
     np.testing.assert_allclose(differences[0][[0, 7]], one[[0, 7]], atol=1e-5)
+
+
+def _working_weeks(weeks: int = 4) -> np.ndarray:
+    """``_shifts`` on weekdays (days of ``PERIOD`` readings, the first a Monday) and none at the weekend, whose
+    Wednesday of the third week (readings 384–407) runs no shift either."""
+    x = _shifts(weeks * 7 * PERIOD, seed=6)
+    weekend = (np.arange(len(x)) // PERIOD) % 7 >= 5
+    x[weekend] = np.random.default_rng(7).normal(0.0, 0.3, int(weekend.sum()))
+    x[16 * PERIOD : 17 * PERIOD] = np.random.default_rng(8).normal(0.0, 0.3, PERIOD)
+    return x
+
+
+def test_a_working_week_reads_its_weekend_and_its_monday_against_the_same_day_a_week_earlier():
+    x = _working_weeks()
+    week, no_week = (SeasonalRecord(channels=1, span=32, after=100, fit=0.2, cycles=2, week=w, n_streams=1)
+                     for w in (7, 0))  # fmt: skip
+    assert (week.lags, week.size) == ((2, 7), 7 * 49 + 32) and (no_week.lags, no_week.size) == ((2,), 2 * 49 + 32)
+    with_week, without = _levels(week, x), _levels(no_week, x)
+    assert week.scheduled_[0, 0] and week.period_[0, 0] == PERIOD  # found in the first 100 readings, all weekdays
+
+    def busy(day: int) -> np.ndarray:  # the readings of a day's shift (or of where it would be)
+        return np.arange(day * PERIOD + PERIOD // 4, day * PERIOD + 3 * PERIOD // 4)
+
+    # The first Saturday has no week behind it: out of step with Friday either way.
+    assert with_week[busy(5)].max() > 10 and without[busy(5)].max() > 10
+    # The next Saturday and Monday are like the Saturday and Monday before them, out of step with the day before.
+    for day in (12, 14):
+        assert with_week[busy(day)].max() < 4 < 10 < without[busy(day)].max()
+    # A Wednesday without its shift is out of step with the day before and with the Wednesday a week earlier.
+    assert with_week[busy(16)].max() > 10
+    # Days that keep to the week read alike either way.
+    np.testing.assert_allclose(with_week[busy(9)], without[busy(9)])
+    assert SeasonalRecord(after=100, fit=0.2, cycles=3, week=2).lags == (2, 3)
+    assert SeasonalRecord(span=32, after=100, fit=0.0, cycles=2, week=7).size == 100  # nothing scheduled: no lags
+    with pytest.raises(ValueError, match="seasonal_week must be >= 0"):
+        DetectorConfig(seasonal_week=-1)
 
 
 def test_a_lane_found_scheduled_relearns_its_deviation_statistics_from_the_seasonal_levels_of_its_readings_so_far():
@@ -353,16 +390,16 @@ def test_a_record_saved_at_another_size_is_laid_into_this_one_and_its_lanes_keep
     # A checkpoint of a detector that compared with one cycle only (a smaller ring) resumes without finding its cycles
     # again: the readings it kept lie where the larger ring reads them.
     inputs = _missing_shift()
-    before = fresh(CONFIG.with_overrides("seasonal_fit=0.2;seasonal_cycles=1"))
+    before = fresh(CONFIG.with_overrides("seasonal_fit=0.2;seasonal_cycles=1;seasonal_week=0"))
     _run(before, *(a[:250] for a in inputs))
-    after = fresh(CONFIG.with_overrides("seasonal_fit=0.2;seasonal_cycles=2"))
+    after = fresh(CONFIG.with_overrides("seasonal_fit=0.2;seasonal_cycles=2"))  # and a week back: a larger ring
     after.load_state(round_trip(before.state_dict()))
     old, new = before.seasons, after.seasons
-    assert (old.size, new.size) == (100, 130)
+    assert (old.size, new.size) == (100, 7 * 49 + 32)
     assert new.seen_[0] == 250 and new.period_[0, 0] == PERIOD and new.scheduled_[0, 0]
     kept = np.arange(150, 250)  # the old ring's readings
-    np.testing.assert_array_equal(new.ring_[0, 0, kept % 130], old.ring_[0, 0, kept % 100])
-    assert np.isnan(new.ring_[0, 0, np.arange(120, 150) % 130]).all()  # readings the old ring no longer held
+    np.testing.assert_array_equal(new.ring_[0, 0, kept % new.size], old.ring_[0, 0, kept % 100])
+    assert np.isnan(new.ring_[0, 0, np.arange(150) % new.size]).all()  # readings the old ring no longer held
     # From the next reading on it judges the scheduled channel as a record that never stopped: the missing shift
     # alerts, and the cycle after it does not.
     out = _run(after, *(a[250:] for a in inputs))
@@ -392,7 +429,7 @@ def test_a_state_saved_without_a_seasonal_record_resumes_with_scheduled_channels
     after = Detector(CONFIG.with_overrides("seasonal_gain=0;seasonal_fit=0.2"), dims=4)
     after.add(streams=1, lanes=1)
     after.load_state(state)
-    assert after.seasons.ring_.shape == (1, 1, 2 * 49 + 32) and after.seasons.seen_[0] == 0  # two cycles of 49
+    assert after.seasons.ring_.shape == (1, 1, 7 * 49 + 32) and after.seasons.seen_[0] == 0  # a week of cycles of 49
     np.testing.assert_array_equal(after.stats.count_, before.stats.count_)
     _run(after, *(a[150:] for a in inputs))
     assert after.seasons.scheduled_[0, 0]
@@ -415,7 +452,7 @@ def test_a_missing_reading_of_a_scheduled_channel_raises_nothing_a_cycle_later()
     out = _run(fresh(config), *inputs)
     assert not any(alert for _, alert, _ in out[250:])
     assert np.isfinite(out[312][2]) and np.isfinite(out[456][2])  # judged, where one cycle gave no level
-    out = _run(fresh(config.with_overrides("seasonal_cycles=1")), *inputs)
+    out = _run(fresh(config.with_overrides("seasonal_cycles=1;seasonal_week=0")), *inputs)
     assert not any(alert for _, alert, _ in out[250:])
     assert np.isnan(out[312][2]) and np.isnan(out[456][2])  # no level, where the plain one read 25 and more
 

@@ -274,6 +274,12 @@ class DetectorConfig:
             the next cycle, whose normal readings then alerted too (6 of 52 alerts on clean schedules); each more cycle
             costs a seasonal record of up to ``seasonal_after // 2`` more readings per channel (docs/detection.md, the
             echo round).
+        seasonal_week: one more cycle back a scheduled channel's reading may be compared with, as
+            ``seasonal_cycles``'s are (0 = none; at most ``seasonal_cycles`` adds nothing): with 7, a feed whose cycle
+            is a day reads its Saturday, out of step with Friday, against the Saturday before it, and so its Monday.
+            Found on weekdays, a working week's cycle read every weekend's start and end as a fault: 8 false alarms
+            in six weeks of a shift feed, 2 with it (docs/detection.md, the working-week round). The record then
+            holds 7 of the longest cycles and a window (2,746 readings per channel at the defaults).
         seasonal_after: readings since a lane's start or reset in which its channels' cycles are found (the longest
             cycle looked for is half of it); the floor and scheduled channels start after them.
         seasonal_trust: a channel is judged plainly once its cycle has foretold ``seasonal_need`` and this share of
@@ -347,6 +353,7 @@ class DetectorConfig:
     seasonal_gain: float = 1.414
     seasonal_fit: float = 0.2
     seasonal_cycles: int = 2
+    seasonal_week: int = 7
     seasonal_after: int = 750
     seasonal_trust: float = 0.3
     seasonal_loud: float = 4.0
@@ -373,7 +380,7 @@ class DetectorConfig:
         if 0 < self.stop < STUCK_MIN_RUN:
             raise ValueError(f"detector stop must be 0 (off) or at least {STUCK_MIN_RUN} readings, got {self.stop}")
         for name in ("exclusion", "refractory", "protect", "scale_adapt", "prior_weight", "relearn", "peaks",
-                     "quiet_after", "stuck_history", "schedule", "seasonal_need", "stop"):
+                     "quiet_after", "stuck_history", "schedule", "seasonal_need", "stop", "seasonal_week"):
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
         for name in ("record_decay", "peak_decay", "budget", "budget_cost", "quiet", "quiet_margin", "stuck",
@@ -1324,7 +1331,7 @@ class Detector:
         self.steps = StepRecord(channels, c.step_span, c.step_record)
         self.stuck = StuckRecord(channels, c.stuck_history, c.stop)
         self.seasons = SeasonalRecord(channels, c.deviation_window, c.seasonal_after if self.seasonal else 0,
-                                      c.seasonal_fit, c.seasonal_cycles)
+                                      c.seasonal_fit, c.seasonal_cycles, c.seasonal_week)
         self.rest = RestRecord(channels, c.rest_ratio)
         self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior, c.tail_dof)
         # A prior stands for that many readings of the stream's own warm-up, never for its first min_warmup.

@@ -21,7 +21,9 @@ learned: a reading out of step with the cycle (a shift that does not start, a pl
 inside the range its window spans, so its plain level is small, but far from the same moment a cycle earlier
 (docs/detection.md, the schedule-fit round). Where the last cycle and an earlier one disagree at a moment (one of
 them was out of step), it is compared with the nearer: against the last cycle only, a fault became the reference for
-the next cycle's normal readings, which alerted one cycle later (docs/detection.md, the echo round).
+the next cycle's normal readings, which alerted one cycle later (docs/detection.md, the echo round). A cycle a week
+back is one such earlier cycle: a working week's Saturday is out of step with its Friday, not with the Saturday
+before it (docs/detection.md, the working-week round).
 """
 from __future__ import annotations
 
@@ -135,18 +137,23 @@ class SeasonalRecord(StreamState):
     least scale of a scheduled channel's seasonal level, ``SCHEDULED_SCALE``; 0 for others), ``typical_`` ``[S, C]``
     (a scheduled channel's typical difference from a cycle earlier, ``cycle_fit`` times its spread; 0 for others, or
     unknown), ``loud_`` and ``foretold_`` ``[S, C]`` (counts). A scheduled channel's differences are from a cycle
-    earlier, or where that cycle and one up to ``cycles`` back disagree (``DISAGREE``), from the nearer of them.
+    earlier, or where that cycle and one up to ``cycles`` back, or ``week`` back, disagree (``DISAGREE``), from the
+    nearer of them.
     """
 
     def __init__(
         self, channels: int = 1, span: int = 128, after: int = 750, fit: float = 0.0, cycles: int = 1,
-        n_streams: int = 0,
+        week: int = 0, n_streams: int = 0,
     ) -> None:
         self.channels, self.span, self.after, self.fit = int(channels), int(span), int(after), float(fit)
-        self.cycles = int(cycles) if self.fit > 0 else 1  # only scheduled channels look further back
-        # The first ``after`` readings, and ``cycles`` of the longest cycle (after // 2 − 1) with a window of
-        # differences behind them; none when ``after`` is 0 (no floor: the detector never pushes).
-        self.size = max(self.after, self.cycles * (self.after // 2 - 1) + self.span) if self.after else 0
+        # Only scheduled channels look further back: ``lags`` are the earlier cycles, besides the last, that their
+        # readings may be compared with.
+        self.cycles, self.week = (int(cycles), int(week)) if self.fit > 0 else (1, 0)
+        self.lags = tuple(range(2, self.cycles + 1)) + ((self.week,) if self.week > self.cycles else ())
+        # The first ``after`` readings, and the furthest lag's cycles of the longest cycle (after // 2 − 1) with a
+        # window of differences behind them; none when ``after`` is 0 (no floor: the detector never pushes).
+        reach = max((1, *self.lags)) * (self.after // 2 - 1) + self.span
+        self.size = max(self.after, reach) if self.after else 0
         super().__init__(n_streams)
 
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
@@ -158,13 +165,13 @@ class SeasonalRecord(StreamState):
 
     def _config(self) -> dict[str, Any]:
         return {"channels": self.channels, "span": self.span, "after": self.after, "fit": self.fit,
-                "cycles": self.cycles}
+                "cycles": self.cycles, "week": self.week}
 
     def adopted(self, state: Mapping[str, Any]) -> SeasonalRecord:
         """A record of this one's configuration holding the lanes of a saved one (``state_dict`` output) whose ring has
-        another size (kept with fewer ``cycles``, or before the stream-scaled model kept any): each lane's last
-        readings that fit this ring lie where it reads them, and its cycles, schedules and counts carry over, so an
-        upgrade does not spend a lane's next ``after`` readings finding its cycle again."""
+        another size (kept with fewer ``cycles`` or no ``week``, or before the stream-scaled model kept any): each
+        lane's last readings that fit this ring lie where it reads them, and its cycles, schedules and counts carry
+        over, so an upgrade does not spend a lane's next ``after`` readings finding its cycle again."""
         ring = np.asarray(state["ring_"], dtype=np.float32)
         seen = np.asarray(state["seen_"], dtype=np.int64)
         laid = np.full((len(seen), self.channels, self.size), np.nan, dtype=np.float32)
@@ -182,7 +189,8 @@ class SeasonalRecord(StreamState):
         into ``idx``, ``channels``) and each one's last ``span`` differences from a cycle earlier ``[k, span]``, oldest
         first (NaN before the lane's first reading), whose last value's level is the seasonal one
         (``detector.window_deviation``). On a scheduled channel each difference is ``nearest_difference``'s over the
-        same moment 1 … ``cycles`` cycles earlier: one cycle after a fault, the cycle before it is the reference."""
+        same moment 1 … ``cycles`` and ``week`` cycles earlier: one cycle after a fault, the cycle before it is the
+        reference, and on a working week's Saturday, the Saturday before it."""
         idx = np.asarray(idx, dtype=np.int64)
         reading = np.asarray(reading, dtype=np.float32).reshape(len(idx), self.channels)
         seen = self.seen_[idx]
@@ -199,7 +207,7 @@ class SeasonalRecord(StreamState):
             self.typical_[lane] = np.where(self.scheduled_[lane], fit * spread, 0.0)
         rows, channels = np.nonzero((self.period_[idx] > 0) & (True if skip is None else ~skip))
         # Readings t − span + 1 … t and one cycle before each; a slot before the lane's first reading is NaN, as the
-        # ring holds fewer than ``size`` readings then (cycles × period + span <= size).
+        # ring holds fewer than ``size`` readings then (the furthest lag × period + span <= size).
         t = seen[rows][:, None] - np.arange(self.span)[::-1]
         period = self.period_[idx[rows], channels][:, None]
         lanes, ch = idx[rows][:, None], channels[:, None]
@@ -208,9 +216,9 @@ class SeasonalRecord(StreamState):
         differences = now - last
         # Lanes restored from a state saved before ``typical_`` (0) compare with a cycle earlier only.
         kept = np.flatnonzero(self.typical_[idx[rows], channels] > 0)
-        if len(kept) and self.cycles > 1:
+        if len(kept) and self.lags:
             lanes, ch, t, period = lanes[kept], ch[kept], t[kept], period[kept]
-            earlier = [self.ring_[lanes, ch, (t - k * period) % self.size] for k in range(2, self.cycles + 1)]
+            earlier = [self.ring_[lanes, ch, (t - k * period) % self.size] for k in self.lags]
             bar = DISAGREE * self.typical_[lanes, ch]
             differences[kept] = nearest_difference(now[kept], last[kept], earlier, bar)
         return rows, channels, differences
@@ -223,9 +231,10 @@ class SeasonalRecord(StreamState):
         differences = np.full_like(readings, np.nan)
         for c in np.flatnonzero(self.typical_[lane] > 0).tolist():
             p, x = int(self.period_[lane, c]), readings[c]
-            back = np.full((self.cycles, len(x)), np.nan)  # the same moment 1 … cycles cycles earlier
-            for k in range(1, min(self.cycles, (len(x) - 1) // p) + 1):
-                back[k - 1, k * p :] = x[: -k * p]
+            back = np.full((1 + len(self.lags), len(x)), np.nan)  # the same moment a cycle and each lag earlier
+            for row, k in enumerate((1, *self.lags)):
+                if k * p < len(x):
+                    back[row, k * p :] = x[: -k * p]
             differences[c] = nearest_difference(x, back[0], back[1:], DISAGREE * self.typical_[lane, c])
         return readings, differences
 
