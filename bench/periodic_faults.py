@@ -46,31 +46,37 @@ def shape_at(name: str, phase: np.ndarray) -> np.ndarray:
 SHAPES = ("shift", "sine", "batch", "pulse", "twin")
 
 
+def write_fault(values: np.ndarray, busy: np.ndarray, shape: str, fault: str, start: int, period: int,
+                mean: float) -> list[tuple[int, int]]:
+    """Write ``fault`` into the cycle of ``values`` (a fault-free feed, changed in place) from ``start``: ``busy`` is
+    the feed's level where the cycle runs in full (``shape_at``), ``mean`` the level a ``flat`` cycle is held at.
+    Returns the fault's event, its first and last changed reading (none for ``none`` or a kind this does not know)."""
+    before = values.copy()
+    cycle = slice(start, start + period)
+    high = busy[cycle] > 50  # the cycle's busy part (a sine's upper half)
+    if fault == "missing":  # the busy part does not happen
+        values[cycle] = np.where(high, busy[cycle].min(), busy[cycle])
+    elif fault == "flat":  # the cycle held at the feed's mean
+        values[cycle] = mean
+    elif fault in ("raised", "lowered"):
+        values[cycle] = np.where(high, busy[cycle] + (15 if fault == "raised" else -15), busy[cycle])
+    elif fault == "late":  # a quarter of a cycle late
+        values[cycle] = shape_at(shape, ((np.arange(start, start + period) - period // 4) % period) / period)
+    elif fault == "extra":  # the busy part's start again, half a cycle later
+        at = np.flatnonzero(high)[: max(period // 12, 4)]
+        values[start + (at + period // 2) % period] = busy[start + at]
+    elif fault == "weekend-run":  # the cycle run in full where the feed is quiet (a working week's weekend day)
+        values[cycle] = busy[cycle]
+    changed = np.flatnonzero(np.abs(values - before) > 1e-9)
+    return [(int(changed[0]), int(changed[-1]))] if fault != "none" and len(changed) else []
+
+
 def periodic_stream(shape: str, fault: str, period: int, noise: float, rng: np.random.Generator) -> Stream:
     """One feed of ``shape`` with ``fault`` in one cycle; the fault's event is its changed readings."""
-    t = np.arange(LENGTH)
-    phase = (t % period) / period
-    clean = shape_at(shape, phase)
+    clean = shape_at(shape, (np.arange(LENGTH) % period) / period)
     values = clean.copy()
     start = period * int(rng.integers(int(0.4 * LENGTH) // period + 1, int(0.8 * LENGTH) // period))
-    cycle = slice(start, start + period)
-    high = clean[cycle] > 50  # the cycle's busy part (a sine's upper half)
-    if fault == "missing":  # the busy part does not happen
-        values[cycle] = np.where(high, clean[cycle].min(), clean[cycle])
-    elif fault == "flat":  # the cycle held at the feed's mean
-        values[cycle] = clean.mean()
-    elif fault == "raised":
-        values[cycle] = np.where(high, clean[cycle] + 15, clean[cycle])
-    elif fault == "lowered":
-        values[cycle] = np.where(high, clean[cycle] - 15, clean[cycle])
-    elif fault == "late":  # a quarter of a cycle late
-        values[cycle] = shape_at(shape, ((t[cycle] - period // 4) % period) / period)
-    elif fault == "extra":  # the busy part's start again, half a cycle later
-        busy = np.flatnonzero(high)[: max(period // 12, 4)]
-        at = start + (busy + period // 2) % period
-        values[at] = clean[start + busy]
-    changed = np.flatnonzero(np.abs(values - clean) > 1e-9)
-    events = [(int(changed[0]), int(changed[-1]))] if fault != "none" and len(changed) else []
+    events = write_fault(values, clean, shape, fault, start, period, clean.mean())
     values = values + rng.normal(0, noise * 60, LENGTH)
     name = f"{shape}-{fault}-p{period}-n{noise:g}"
     return Stream(name, "periodic", ["value"], values[:, None].astype(np.float32), events,

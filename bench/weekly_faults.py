@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from detector_prototypes import stream_set_main
-from periodic_faults import NOISE, PERIODS, SHAPES, shape_at
+from periodic_faults import NOISE, PERIODS, SHAPES, shape_at, write_fault
 from trep_edge.training.evaluation.detection_corpus import Stream
 
 WEEKS = 6
@@ -36,34 +36,17 @@ def weekly_stream(shape: str, fault: str, period: int, noise: float, rng: np.ran
     changed readings."""
     length = WEEKS * 7 * period
     t = np.arange(length)
-    phase = (t % period) / period
     first = int(rng.integers(0, 5))  # the weekday the feed starts on (0 = Monday)
     day = t // period + first
     weekday = day % 7 < 5
-    busy = shape_at(shape, phase)
+    busy = shape_at(shape, (t % period) / period)
     quiet = 20 + WEEKEND * (busy - 20)
     clean = np.where(weekday, busy, quiet)
     values = clean.copy()
     days = np.arange(2 * 7, 5 * 7) - first  # the days of weeks three to five, counted from the feed's first
     days = days[((days + first) % 7 >= 5) == (fault == "weekend-run")]
     start = period * int(rng.choice(days))
-    cycle = slice(start, start + period)
-    high = busy[cycle] > 50  # the day's busy part (a sine's upper half)
-    if fault == "missing":  # the busy part does not happen
-        values[cycle] = np.where(high, busy[cycle].min(), busy[cycle])
-    elif fault == "flat":  # the day held at the feed's mean
-        values[cycle] = clean.mean()
-    elif fault in ("raised", "lowered"):
-        values[cycle] = np.where(high, busy[cycle] + (15 if fault == "raised" else -15), busy[cycle])
-    elif fault == "late":  # a quarter of a day late
-        values[cycle] = shape_at(shape, ((t[cycle] - period // 4) % period) / period)
-    elif fault == "extra":  # the busy part's start again, half a day later
-        at = np.flatnonzero(high)[: max(period // 12, 4)]
-        values[start + (at + period // 2) % period] = busy[start + at]
-    elif fault == "weekend-run":  # a weekend day runs as a weekday
-        values[cycle] = busy[cycle]
-    changed = np.flatnonzero(np.abs(values - clean) > 1e-9)
-    events = [(int(changed[0]), int(changed[-1]))] if fault != "none" and len(changed) else []
+    events = write_fault(values, busy, shape, fault, start, period, clean.mean())
     values = values + rng.normal(0, noise * 60, length)
     name = f"weekly-{shape}-{fault}-p{period}-n{noise:g}"
     return Stream(name, "weekly", ["value"], values[:, None].astype(np.float32), events,
