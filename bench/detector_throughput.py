@@ -44,15 +44,17 @@ def inputs(streams: int, ticks: int, seed: int = 3, noise: float = 0.2) -> tuple
 
 def readings_per_second(
     config: DetectorConfig, streams: int, warm: int, timed: int, noise: float = 0.2
-) -> tuple[float, int, float]:
+) -> tuple[float, int, float, float]:
     """Readings per second of ``Detector.step`` over the ``timed`` ticks after ``warm`` untimed ones, the alerts, and
     the seconds of the one tick in which every stream's cycles are found (the ``seasonal_after``-th: a scheduled
-    channel's statistics are relearnt then; NaN when the warm-up does not reach it)."""
+    channel's statistics are relearnt then) and of the one in which the seasonal record first holds a week (its
+    ``size``-th: every channel with a cycle is looked at again, ``SeasonalRecord._look_again``); NaN when the ticks
+    do not reach it."""
     distance, z, deviation, repeat, reading = inputs(streams, warm + timed, noise=noise)
     detector = Detector(config, DIMS)
     detector.add(streams, streams)
     every = np.arange(streams)
-    alerts, found = 0, np.nan
+    alerts, found, again = 0, np.nan, np.nan
     for t in range(warm + timed):
         if t == warm:
             start = time.perf_counter()
@@ -60,8 +62,10 @@ def readings_per_second(
         out = detector.step(every, every, every, distance[t], z[t], deviation[t], repeat[t], reading[t])
         if t == config.seasonal_after - 1:
             found = time.perf_counter() - began
+        if t == detector.seasons.size - 1 and detector.seasons.week_fit:
+            again = time.perf_counter() - began
         alerts += int(out.alert.sum()) if t >= warm else 0
-    return streams * timed / (time.perf_counter() - start), alerts, found
+    return streams * timed / (time.perf_counter() - start), alerts, found, again
 
 
 def main() -> None:
@@ -88,11 +92,13 @@ def main() -> None:
         runs = [[readings_per_second(config, s, args.warm, args.ticks, args.noise) for config in variants.values()]
                 for _ in range(max(1, args.repeats))]  # fmt: skip
         cells = [(float(np.median([run[k][0] for run in runs])), runs[0][k][1],
-                  float(np.median([run[k][2] for run in runs]))) for k in range(len(variants))]  # fmt: skip
-        rows.append(f"| {s:,} | " + " | ".join(f"{rate:,.0f} ({alerts}; {found * 1e3:,.0f} ms)"
-                                                for rate, alerts, found in cells) + " |")  # fmt: skip
+                  *(float(np.median([run[k][j] for run in runs])) for j in (2, 3))) for k in range(len(variants))]
+        rows.append(f"| {s:,} | " + " | ".join(
+            f"{rate:,.0f} ({alerts}; {found * 1e3:,.0f} ms" + (f"; {again * 1e3:,.0f} ms)" if again == again else ")")
+            for rate, alerts, found, again in cells) + " |")  # fmt: skip
     command = f"python bench/detector_throughput.py --streams {args.streams} --repeats {args.repeats}"
-    command += f" --noise {args.noise:g}" * (args.noise != 0.2)
+    command += f" --noise {args.noise:g}" * (args.noise != 0.2) + f" --warm {args.warm}" * (args.warm != 800)
+    command += f" --ticks {args.ticks}" * (args.ticks != 300)
     if args.variants:
         command += " --variants " + " ".join(f"'{v}'" for v in args.variants)
     text = "\n".join([
@@ -100,7 +106,8 @@ def main() -> None:
         f"{time.perf_counter() - began:.0f} s.",
         "",
         "Readings per second of `Detector.step`, the median of the runs (alerts in the timed ticks; the median time of "
-        "the one tick in which every stream's cycles are found):",
+        "the one tick in which every stream's cycles are found, and of the one in which its seasonal record first "
+        "holds a week, where the ticks reach it):",
         "",
         "| streams | " + " | ".join(variants) + " |",
         "|---" * (len(variants) + 1) + "|",

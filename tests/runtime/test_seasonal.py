@@ -348,6 +348,77 @@ def test_a_working_week_reads_its_weekend_and_its_monday_against_the_same_day_a_
         DetectorConfig(seasonal_week=-1)
 
 
+def _week_from_saturday(weeks: int = 5) -> np.ndarray:
+    """``_working_weeks`` from its first Saturday on (so its first 100 readings hold a weekend), with the Wednesday
+    without its shift moved to the last week (day 32, readings 768–791)."""
+    x = _working_weeks(weeks + 1)[5 * PERIOD :][: weeks * 7 * PERIOD]
+    x[11 * PERIOD : 12 * PERIOD] = x[4 * PERIOD : 5 * PERIOD]  # the old one runs the first Wednesday's shift
+    x[32 * PERIOD : 33 * PERIOD] = np.random.default_rng(8).normal(0.0, 0.3, PERIOD)
+    return x
+
+
+def test_a_working_week_first_seen_over_a_weekend_is_scheduled_once_the_record_holds_a_week():
+    x = _week_from_saturday()
+    again, once = (SeasonalRecord(channels=1, span=32, after=100, fit=0.2, cycles=2, week=7, week_fit=w, n_streams=1)
+                   for w in (0.3, 0.0))  # fmt: skip
+    assert again.size == 7 * 49 + 32
+    levels = _levels(again, x[: again.size - 1])
+    assert again.period_[0, 0] == PERIOD and not again.scheduled_[0, 0]  # its first 100 readings hold a weekend
+    assert cycle_fit(x[:100], PERIOD) > 0.2 > cycle_fit(x[: again.size], 7 * PERIOD)
+    levels = np.concatenate([levels, _levels(again, x[again.size - 1 :])])
+    before = _levels(once, x)
+    assert again.scheduled_[0, 0] and not once.scheduled_[0, 0]
+    assert again.typical_[0, 0] == pytest.approx(cycle_fit(x[: again.size], 7 * PERIOD) * np.std(x[: again.size]),
+                                                 rel=1e-3)  # fmt: skip
+
+    def busy(day: int) -> np.ndarray:
+        return np.arange(day * PERIOD + PERIOD // 4, day * PERIOD + 3 * PERIOD // 4)
+
+    # Days 21 and 23 are a Saturday and a Monday after the record held a week: ordinary against a week earlier, far
+    # out against the day before, as a channel that is never scheduled reads them.
+    for day in (21, 23):
+        assert levels[busy(day)].max() < 4 < 10 < before[busy(day)].max()
+    # The Wednesday without its shift is out of step with the day before and the Wednesday a week earlier.
+    assert levels[busy(32)].max() > 10
+
+
+def test_a_cycle_found_a_reading_short_is_set_right_against_a_week_earlier():
+    x = _week_from_saturday()
+    record = SeasonalRecord(channels=1, span=32, after=100, fit=0.2, cycles=2, week=7, week_fit=0.3, n_streams=1)
+    _levels(record, x[:100])
+    record.period_[0, 0] = PERIOD - 1  # as a day of 288 readings was found as 285 in 750
+    _levels(record, x[100 : record.size])
+    assert record.period_[0, 0] == PERIOD and record.scheduled_[0, 0]
+    # Only a cycle within REFINE (and at least 2 readings) of the one found is looked for.
+    far = SeasonalRecord(channels=1, span=32, after=100, fit=0.2, cycles=2, week=7, week_fit=0.3, n_streams=1)
+    _levels(far, x[:100])
+    far.period_[0, 0] = PERIOD - 5
+    _levels(far, x[100 : far.size])
+    assert far.period_[0, 0] == PERIOD - 5 and not far.scheduled_[0, 0]
+    with pytest.raises(ValueError, match="seasonal_week_fit must be finite and >= 0"):
+        DetectorConfig(seasonal_week_fit=-0.1)
+    # Without a week lag, or without scheduled channels, nothing is looked at again.
+    assert SeasonalRecord(after=100, fit=0.2, week=0, week_fit=0.3).week_fit == 0
+    assert SeasonalRecord(after=100, fit=0.0, week=7, week_fit=0.3).week_fit == 0
+
+
+def test_a_lane_scheduled_once_the_record_holds_a_week_relearns_its_deviation_statistics_from_all_of_it():
+    x = _week_from_saturday()
+    config = CONFIG.with_overrides("seasonal_gain=0;seasonal_fit=0.2;seasonal_week_fit=0.3")
+    detector, one = fresh(config), np.array([0])
+    rng = np.random.default_rng(3)
+    distance, z, deviation = rng.lognormal(size=len(x)), rng.normal(size=(len(x), 4)), _deviation_parts(x)
+    k, size = config.signals.index("deviation"), detector.seasons.size
+    for t in range(size):
+        detector.step(one, one, one, distance[t : t + 1], z[t : t + 1], deviation[t : t + 1], None, x[t : t + 1, None])
+        if t == size - 2:
+            learned = detector.stats.count_[0, k]
+    # Every 15th reading back from the last (RELEARN_STRIDE times the ring's 375 readings over the first 100), whose
+    # window of 32 differences has none missing (from reading 24 + 31 on).
+    assert detector.seasons.scheduled_[0, 0] and detector.stats.count_[0, k] == len(range(size - 1, 24 + 31 - 1, -15))
+    assert learned != detector.stats.count_[0, k]
+
+
 def test_a_lane_found_scheduled_relearns_its_deviation_statistics_from_the_seasonal_levels_of_its_readings_so_far():
     x = _shifts(400, seed=2)
     x[222:234] = np.random.default_rng(9).normal(0.0, 0.3, 12)  # 222 % 24 = 6: a shift that does not start

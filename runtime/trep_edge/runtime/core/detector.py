@@ -280,6 +280,13 @@ class DetectorConfig:
             Found on weekdays, a working week's cycle read every weekend's start and end as a fault: 8 false alarms
             in six weeks of a shift feed, 2 with it (docs/detection.md, the working-week round). The record then
             holds 7 of the longest cycles and a window (2,746 readings per channel at the defaults).
+        seasonal_week_fit: when the seasonal record first holds a week of the longest cycle (its first 2,746
+            readings), a channel with a cycle whose readings keep to the same moment ``seasonal_week`` cycles earlier
+            (``seasonal.cycle_fit`` at that lag under this) is scheduled, on the cycle that fits best near the one
+            found, and its ``deviation`` statistics relearnt: a working week's channel whose first
+            ``seasonal_after`` readings held a weekend did not keep to its day there, and a day found a few readings
+            short in them read a schedule's edges early (docs/detection.md, the week-relook round). 0 = never; only
+            with ``seasonal_week`` (and ``seasonal_fit``).
         seasonal_after: readings since a lane's start or reset in which its channels' cycles are found (the longest
             cycle looked for is half of it); the floor and scheduled channels start after them.
         seasonal_trust: a channel is judged plainly once its cycle has foretold ``seasonal_need`` and this share of
@@ -354,6 +361,7 @@ class DetectorConfig:
     seasonal_fit: float = 0.2
     seasonal_cycles: int = 2
     seasonal_week: int = 7
+    seasonal_week_fit: float = 0.2
     seasonal_after: int = 750
     seasonal_trust: float = 0.3
     seasonal_loud: float = 4.0
@@ -384,8 +392,8 @@ class DetectorConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be >= 0, got {getattr(self, name)}")
         for name in ("record_decay", "peak_decay", "budget", "budget_cost", "quiet", "quiet_margin", "stuck",
-                     "schedule_tol", "escalate", "seasonal_gain", "seasonal_fit", "seasonal_trust", "seasonal_loud",
-                     "seasonal_ratio", "rest_ratio"):
+                     "schedule_tol", "escalate", "seasonal_gain", "seasonal_fit", "seasonal_week_fit", "seasonal_trust",
+                     "seasonal_loud", "seasonal_ratio", "rest_ratio"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"detector {name} must be finite and >= 0, got {getattr(self, name)}")
         if math.isnan(self.record_cap) or self.record_cap <= 0:
@@ -1331,7 +1339,7 @@ class Detector:
         self.steps = StepRecord(channels, c.step_span, c.step_record)
         self.stuck = StuckRecord(channels, c.stuck_history, c.stop)
         self.seasons = SeasonalRecord(channels, c.deviation_window, c.seasonal_after if self.seasonal else 0,
-                                      c.seasonal_fit, c.seasonal_cycles, c.seasonal_week)
+                                      c.seasonal_fit, c.seasonal_cycles, c.seasonal_week, c.seasonal_week_fit)
         self.rest = RestRecord(channels, c.rest_ratio)
         self.stats = SignalStats(len(c.signals), c.horizon, c.short, prior, c.tail_dof)
         # A prior stands for that many readings of the stream's own warm-up, never for its first min_warmup.
@@ -1488,19 +1496,27 @@ class Detector:
         # Without plain levels nothing is judged: the readings are only written.
         skip = np.ones((len(lanes), self.channels), dtype=bool) if plain is None else self.seasons.unused(
             lanes, plain, c.seasonal_trust, c.seasonal_loud, c.seasonal_need, c.seasonal_gain > 0)  # fmt: skip
+        full = self.seasons.seen_[lanes] == self.seasons.size - 1 if self.seasons.week_fit else np.zeros(len(lanes), bool)
+        before = self.seasons.typical_[lanes[full]].copy()
         rows, channels, differences = self.seasons.push(lanes, reading, skip)
         found = (self.seasons.seen_[lanes] == self.seasons.after) & self.seasons.scheduled_[lanes].any(axis=1)
         if found.any():
-            self._relearn_deviation(lanes[found])
+            self._relearn_deviation(lanes[found], self.seasons.after)
+        # A lane with a channel scheduled again when the ring first held a week (``SeasonalRecord._look_again``).
+        again = lanes[full][(self.seasons.typical_[lanes[full]] != before).any(axis=1)]
+        if len(again):
+            self._relearn_deviation(again, self.seasons.size)
         levels = np.full((len(lanes), self.channels), np.nan)
         least = self.seasons.least_[lanes[rows], channels]  # a scheduled channel's least scale, else 0
         levels[rows, channels] = window_deviation(differences[:, :, None], least=least[:, None])[:, 0, 0]
         return levels
 
-    def _relearn_deviation(self, lanes: np.ndarray) -> None:
+    def _relearn_deviation(self, lanes: np.ndarray, n: int) -> None:
         """Relearn the ``deviation`` statistics of ``lanes``, whose cycles have just been found with a scheduled
-        channel among them, from the levels of every ``RELEARN_STRIDE``-th of their readings so far as they would have
-        been had the cycles been known: seasonal on the scheduled channels, plain on the others
+        channel among them (in their first ``n`` readings: ``seasonal_after``, or the seasonal record's size when it
+        first holds a week), from the levels of every ``RELEARN_STRIDE``-th of their first ``seasonal_after`` readings
+        (as sparsely in ``n``) as they would have been had the cycles been known: seasonal on the scheduled channels,
+        plain on the others
         (``SeasonalRecord.history``; a step folded in and a channel at rest are left out, and the seasonal floor is
         judged, not learned). A scheduled channel's level changes its meaning, and the statistics learned on plain
         levels (a cycle's edges, far out against the window) made a fault's seasonal level of 68 read as a surprise of
@@ -1508,12 +1524,14 @@ class Detector:
         ``RELEARN_MIN_VALUES`` levels keeps its statistics."""
         c = self.config
         span, k = c.deviation_window, c.signals.index("deviation")
-        # Every RELEARN_STRIDE-th window, ending at the last reading; each channel's windows without a missing value.
-        ends = np.arange(self.seasons.after - 1, span - 2, -RELEARN_STRIDE)[::-1]
+        # Evenly spaced windows, ending at the last reading; each channel's windows without a missing value. A longer
+        # history is read as sparsely, so that a relearn costs what the first did.
+        stride = max(RELEARN_STRIDE, RELEARN_STRIDE * n // self.seasons.after)
+        ends = np.arange(n - 1, span - 2, -stride)[::-1]
         at = ends[:, None] - np.arange(span)[::-1]
         values = np.full((len(lanes), len(ends)), np.nan)
         for row, lane in enumerate(lanes.tolist()):
-            readings, differences = self.seasons.history(lane)
+            readings, differences = self.seasons.history(lane, n)
             scheduled = self.seasons.scheduled_[lane]
             for channel, series in enumerate(np.where(scheduled[:, None], differences, readings)):
                 windows = series[at]  # [n, W]

@@ -43,6 +43,18 @@ CYCLE_ACF = 0.3
 """The least autocorrelation a cycle of a channel needs for its seasonal floor (``find_period``'s ``acf``)."""
 
 
+REFINE = 0.03
+"""How far, as a share of the cycle found in a lane's first ``after`` readings, the cycle is looked for again against
+a week earlier (``SeasonalRecord._look_again``): a day of 288 readings was found as 281–287 in 750 of them."""
+
+
+SHARP = 0.5
+"""A week's best fit must be under this share of its worst within ``REFINE`` (``SeasonalRecord._look_again``): a
+schedule's fit falls sharply off its cycle (a share of 0.02–0.38 on the clean schedules and working weeks), while a
+carrier found a short spurious cycle fits every lag near a week of it alike (0.84–0.95 on ETT's: the week-relook
+round, where one such channel scheduled at a week fit of 0.22 raised 4 false alarms)."""
+
+
 SCHEDULED_SCALE = 0.02
 """The least scale a scheduled channel's seasonal level is read on, as a share of the standard deviation of the
 readings its cycle was found in: a schedule kept exactly (no noise, or readings on a grid that repeat to the digit)
@@ -143,7 +155,7 @@ class SeasonalRecord(StreamState):
 
     def __init__(
         self, channels: int = 1, span: int = 128, after: int = 750, fit: float = 0.0, cycles: int = 1,
-        week: int = 0, n_streams: int = 0,
+        week: int = 0, week_fit: float = 0.0, n_streams: int = 0,
     ) -> None:
         self.channels, self.span, self.after, self.fit = int(channels), int(span), int(after), float(fit)
         # Only scheduled channels look further back: ``lags`` are the earlier cycles, besides the last, that their
@@ -154,6 +166,9 @@ class SeasonalRecord(StreamState):
         # window of differences behind them; none when ``after`` is 0 (no floor: the detector never pushes).
         reach = max((1, *self.lags)) * (self.after // 2 - 1) + self.span
         self.size = max(self.after, reach) if self.after else 0
+        # A week back is read only on channels found scheduled; one whose first ``after`` readings held a weekend
+        # is looked at again, against a week earlier, when the ring first holds a week (``_look_again``).
+        self.week_fit = float(week_fit) if self.week > self.cycles and self.size > self.after else 0.0
         super().__init__(n_streams)
 
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
@@ -165,7 +180,7 @@ class SeasonalRecord(StreamState):
 
     def _config(self) -> dict[str, Any]:
         return {"channels": self.channels, "span": self.span, "after": self.after, "fit": self.fit,
-                "cycles": self.cycles, "week": self.week}
+                "cycles": self.cycles, "week": self.week, "week_fit": self.week_fit}
 
     def adopted(self, state: Mapping[str, Any]) -> SeasonalRecord:
         """A record of this one's configuration holding the lanes of a saved one (``state_dict`` output) whose ring has
@@ -205,6 +220,9 @@ class SeasonalRecord(StreamState):
             self.scheduled_[lane] = fit < self.fit
             self.least_[lane] = np.where(self.scheduled_[lane], SCHEDULED_SCALE * spread, 0.0)
             self.typical_[lane] = np.where(self.scheduled_[lane], fit * spread, 0.0)
+        if self.week_fit:
+            for lane in idx[seen + 1 == self.size].tolist():
+                self._look_again(lane)
         rows, channels = np.nonzero((self.period_[idx] > 0) & (True if skip is None else ~skip))
         # Readings t − span + 1 … t and one cycle before each; a slot before the lane's first reading is NaN, as the
         # ring holds fewer than ``size`` readings then (the furthest lag × period + span <= size).
@@ -223,11 +241,32 @@ class SeasonalRecord(StreamState):
             differences[kept] = nearest_difference(now[kept], last[kept], earlier, bar)
         return rows, channels, differences
 
-    def history(self, lane: int) -> tuple[np.ndarray, np.ndarray]:
-        """A lane's first ``after`` readings ``[C, after]`` (call it when its cycles have just been found) and, on its
-        scheduled channels, their differences as ``push`` gives them (NaN elsewhere, and before a cycle's worth):
-        what its channels' levels would have been, had the cycles been known from the start."""
-        readings = self.ring_[lane, :, : self.after].astype(np.float64)
+    def _look_again(self, lane: int) -> None:
+        """Look at a lane's channels with a cycle again in the ``size`` readings the ring now holds, its first: a
+        channel that keeps to the same moment a ``week`` of cycles earlier (``cycle_fit`` at that lag under
+        ``week_fit`` and ``SHARP`` times its worst, the cycle taken within ``REFINE`` of the one found where that fit
+        is best) is scheduled, on that cycle, with its typical difference from a week earlier. A working week's channel whose first ``after`` readings held a
+        weekend did not keep to its day there, and a day found a few readings short in them read every edge of a
+        schedule a few readings early (docs/detection.md, the week-relook round)."""
+        history = self.ring_[lane].astype(np.float64)
+        reach = (self.size - self.span) // self.week  # the longest cycle whose week back the ring holds
+        for c in np.flatnonzero(self.period_[lane] > 0).tolist():
+            p = int(self.period_[lane, c])
+            near = max(2, round(REFINE * p))
+            cycles = np.arange(max(MIN_LAG, p - near), min(reach, p + near) + 1)
+            fits = np.array([cycle_fit(history[c], self.week * int(q)) for q in cycles])
+            if not len(fits) or not fits.min() < min(self.week_fit, SHARP * fits.max()):
+                continue
+            spread = float(np.nanstd(history[c]))
+            self.period_[lane, c], self.scheduled_[lane, c] = cycles[fits.argmin()], True
+            self.least_[lane, c], self.typical_[lane, c] = SCHEDULED_SCALE * spread, fits.min() * spread
+
+    def history(self, lane: int, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """A lane's first ``n`` readings ``[C, n]`` (``after`` by default; call it when its cycles have just been
+        found, or with ``size`` when it has just been looked at again, before the ring wraps) and, on its scheduled
+        channels, their differences as ``push`` gives them (NaN elsewhere, and before a cycle's worth): what its
+        channels' levels would have been, had the cycles and schedules been known from the start."""
+        readings = self.ring_[lane, :, : self.after if n is None else n].astype(np.float64)
         differences = np.full_like(readings, np.nan)
         for c in np.flatnonzero(self.typical_[lane] > 0).tolist():
             p, x = int(self.period_[lane, c]), readings[c]
