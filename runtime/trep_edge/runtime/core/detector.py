@@ -1496,14 +1496,15 @@ class Detector:
         # Without plain levels nothing is judged: the readings are only written.
         skip = np.ones((len(lanes), self.channels), dtype=bool) if plain is None else self.seasons.unused(
             lanes, plain, c.seasonal_trust, c.seasonal_loud, c.seasonal_need, c.seasonal_gain > 0)  # fmt: skip
-        full = self.seasons.seen_[lanes] == self.seasons.size - 1 if self.seasons.week_fit else np.zeros(len(lanes), bool)
-        before = self.seasons.typical_[lanes[full]].copy()
+        # Lanes whose record this reading fills: it looks at their channels again (``SeasonalRecord._look_again``).
+        full = lanes[self.seasons.seen_[lanes] == self.seasons.size - 1] if self.seasons.week_fit else lanes[:0]
+        before = self.seasons.typical_[full].copy()
         rows, channels, differences = self.seasons.push(lanes, reading, skip)
         found = (self.seasons.seen_[lanes] == self.seasons.after) & self.seasons.scheduled_[lanes].any(axis=1)
         if found.any():
             self._relearn_deviation(lanes[found], self.seasons.after)
-        # A lane with a channel scheduled again when the ring first held a week (``SeasonalRecord._look_again``).
-        again = lanes[full][(self.seasons.typical_[lanes[full]] != before).any(axis=1)]
+        # A channel scheduled there, or on another cycle, has a new typical difference.
+        again = full[(self.seasons.typical_[full] != before).any(axis=1)]
         if len(again):
             self._relearn_deviation(again, self.seasons.size)
         levels = np.full((len(lanes), self.channels), np.nan)

@@ -245,9 +245,10 @@ class SeasonalRecord(StreamState):
         """Look at a lane's channels with a cycle again in the ``size`` readings the ring now holds, its first: a
         channel that keeps to the same moment a ``week`` of cycles earlier (``cycle_fit`` at that lag under
         ``week_fit`` and ``SHARP`` times its worst, the cycle taken within ``REFINE`` of the one found where that fit
-        is best) is scheduled, on that cycle, with its typical difference from a week earlier. A working week's channel whose first ``after`` readings held a
-        weekend did not keep to its day there, and a day found a few readings short in them read every edge of a
-        schedule a few readings early (docs/detection.md, the week-relook round)."""
+        is best) is scheduled, on that cycle, with its typical difference from a week earlier. A working week's
+        channel whose first ``after`` readings held a weekend did not keep to its day there, and a day found a few
+        readings short in them read every edge of a schedule a few readings early (docs/detection.md, the
+        week-relook round)."""
         history = self.ring_[lane].astype(np.float64)
         reach = (self.size - self.span) // self.week  # the longest cycle whose week back the ring holds
         for c in np.flatnonzero(self.period_[lane] > 0).tolist():
@@ -261,12 +262,12 @@ class SeasonalRecord(StreamState):
             self.period_[lane, c], self.scheduled_[lane, c] = cycles[fits.argmin()], True
             self.least_[lane, c], self.typical_[lane, c] = SCHEDULED_SCALE * spread, fits.min() * spread
 
-    def history(self, lane: int, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """A lane's first ``n`` readings ``[C, n]`` (``after`` by default; call it when its cycles have just been
-        found, or with ``size`` when it has just been looked at again, before the ring wraps) and, on its scheduled
-        channels, their differences as ``push`` gives them (NaN elsewhere, and before a cycle's worth): what its
-        channels' levels would have been, had the cycles and schedules been known from the start."""
-        readings = self.ring_[lane, :, : self.after if n is None else n].astype(np.float64)
+    def history(self, lane: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """A lane's first ``n`` readings ``[C, n]`` (call it with ``after`` when its cycles have just been found, or
+        with ``size`` when it has just been looked at again, before the ring wraps) and, on its scheduled channels,
+        their differences as ``push`` gives them (NaN elsewhere, and before a cycle's worth): what its channels'
+        levels would have been, had the cycles and schedules been known from the start."""
+        readings = self.ring_[lane, :, :n].astype(np.float64)
         differences = np.full_like(readings, np.nan)
         for c in np.flatnonzero(self.typical_[lane] > 0).tolist():
             p, x = int(self.period_[lane, c]), readings[c]
