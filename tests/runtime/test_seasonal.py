@@ -360,7 +360,7 @@ def _week_from_saturday(weeks: int = 5) -> np.ndarray:
 def test_a_working_week_first_seen_over_a_weekend_is_scheduled_once_the_record_holds_a_week():
     x = _week_from_saturday()
     again, once = (SeasonalRecord(channels=1, span=32, after=100, fit=0.2, cycles=2, week=7, week_fit=w, n_streams=1)
-                   for w in (0.3, 0.0))  # fmt: skip
+                   for w in (0.2, 0.0))  # fmt: skip
     assert again.size == 7 * 49 + 32
     levels = _levels(again, x[: again.size - 1])
     assert again.period_[0, 0] == PERIOD and not again.scheduled_[0, 0]  # its first 100 readings hold a weekend
@@ -384,13 +384,13 @@ def test_a_working_week_first_seen_over_a_weekend_is_scheduled_once_the_record_h
 
 def test_a_cycle_found_a_reading_short_is_set_right_against_a_week_earlier():
     x = _week_from_saturday()
-    record = SeasonalRecord(channels=1, span=32, after=100, fit=0.2, cycles=2, week=7, week_fit=0.3, n_streams=1)
+    record = SeasonalRecord(channels=1, span=32, after=100, fit=0.2, cycles=2, week=7, week_fit=0.2, n_streams=1)
     _levels(record, x[:100])
     record.period_[0, 0] = PERIOD - 1  # as a day of 288 readings was found as 285 in 750
     _levels(record, x[100 : record.size])
     assert record.period_[0, 0] == PERIOD and record.scheduled_[0, 0]
     # Only a cycle within REFINE (and at least 2 readings) of the one found is looked for.
-    far = SeasonalRecord(channels=1, span=32, after=100, fit=0.2, cycles=2, week=7, week_fit=0.3, n_streams=1)
+    far = SeasonalRecord(channels=1, span=32, after=100, fit=0.2, cycles=2, week=7, week_fit=0.2, n_streams=1)
     _levels(far, x[:100])
     far.period_[0, 0] = PERIOD - 5
     _levels(far, x[100 : far.size])
@@ -404,7 +404,7 @@ def test_a_cycle_found_a_reading_short_is_set_right_against_a_week_earlier():
 
 def test_a_lane_scheduled_once_the_record_holds_a_week_relearns_its_deviation_statistics_from_all_of_it():
     x = _week_from_saturday()
-    config = CONFIG.with_overrides("seasonal_gain=0;seasonal_fit=0.2;seasonal_week_fit=0.3")
+    config = CONFIG.with_overrides("seasonal_gain=0;seasonal_fit=0.2")  # seasonal_week_fit at its default, 0.2
     detector, one = fresh(config), np.array([0])
     rng = np.random.default_rng(3)
     distance, z, deviation = rng.lognormal(size=len(x)), rng.normal(size=(len(x), 4)), _deviation_parts(x)
@@ -417,6 +417,21 @@ def test_a_lane_scheduled_once_the_record_holds_a_week_relearns_its_deviation_st
     # window of 32 differences has none missing (from reading 24 + 31 on).
     assert detector.seasons.scheduled_[0, 0] and detector.stats.count_[0, k] == len(range(size - 1, 24 + 31 - 1, -15))
     assert learned != detector.stats.count_[0, k]
+
+
+@pytest.mark.parametrize("round_trip", [npz_round_trip, json_round_trip])
+def test_a_save_and_restore_before_the_second_look_equals_an_uninterrupted_run(round_trip):
+    x = _week_from_saturday()
+    inputs, config = (x, *_inputs(len(x))[1:3], _deviation_parts(x)), CONFIG.with_overrides("seasonal_fit=0.2")
+    expected = _run(fresh(config), *inputs)
+    first = fresh(config)
+    got = _run(first, *(a[:300] for a in inputs))
+    assert not first.seasons.scheduled_[0, 0]
+    restored = fresh(config)
+    restored.load_state(round_trip(first.state_dict()))
+    got += _run(restored, *(a[300:] for a in inputs))
+    np.testing.assert_array_equal(np.array(got), np.array(expected))
+    assert restored.seasons.scheduled_[0, 0] and restored.seasons.size == 375 < len(x)  # scheduled at the look
 
 
 def test_a_lane_found_scheduled_relearns_its_deviation_statistics_from_the_seasonal_levels_of_its_readings_so_far():
