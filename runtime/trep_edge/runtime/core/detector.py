@@ -1488,25 +1488,20 @@ class Detector:
     ) -> np.ndarray | None:
         """Write the lanes' readings to the seasonal record and return their channels' seasonal levels ``[m, C]``
         (NaN: no cycle, too few differences yet, or not read given the plain levels ``[m, C]``:
-        ``SeasonalRecord.unused``); None without a floor or without readings. A lane whose cycles this reading finds,
-        with a scheduled channel among them, has its ``deviation`` statistics relearnt (``_relearn_deviation``)."""
+        ``SeasonalRecord.unused``); None without a floor or without readings. A lane with a channel this reading
+        schedules (``SeasonalRecord.settled``: its cycles found, or looked at again once a week of it is kept) has its
+        ``deviation`` statistics relearnt (``_relearn_deviation``)."""
         if not self.seasonal or reading is None:
             return None
         c = self.config
         # Without plain levels nothing is judged: the readings are only written.
         skip = np.ones((len(lanes), self.channels), dtype=bool) if plain is None else self.seasons.unused(
             lanes, plain, c.seasonal_trust, c.seasonal_loud, c.seasonal_need, c.seasonal_gain > 0)  # fmt: skip
-        # Lanes whose record this reading fills: it looks at their channels again (``SeasonalRecord._look_again``).
-        full = lanes[self.seasons.seen_[lanes] == self.seasons.size - 1] if self.seasons.week_fit else lanes[:0]
-        before = self.seasons.typical_[full].copy()
         rows, channels, differences = self.seasons.push(lanes, reading, skip)
-        found = (self.seasons.seen_[lanes] == self.seasons.after) & self.seasons.scheduled_[lanes].any(axis=1)
-        if found.any():
-            self._relearn_deviation(lanes[found], self.seasons.after)
-        # A channel scheduled there, or on another cycle, has a new typical difference.
-        again = full[(self.seasons.typical_[full] != before).any(axis=1)]
-        if len(again):
-            self._relearn_deviation(again, self.seasons.size)
+        # Lanes scheduled at their cycles' finding or their second look, each from all of its readings so far.
+        settled = self.seasons.settled
+        for n in np.unique(self.seasons.seen_[settled]).tolist():
+            self._relearn_deviation(settled[self.seasons.seen_[settled] == n], n)
         levels = np.full((len(lanes), self.channels), np.nan)
         least = self.seasons.least_[lanes[rows], channels]  # a scheduled channel's least scale, else 0
         levels[rows, channels] = window_deviation(differences[:, :, None], least=least[:, None])[:, 0, 0]

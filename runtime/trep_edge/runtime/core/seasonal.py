@@ -169,6 +169,8 @@ class SeasonalRecord(StreamState):
         # A week back is read only on channels found scheduled; one whose first ``after`` readings held a weekend
         # is looked at again, against a week earlier, when the ring first holds a week (``_look_again``).
         self.week_fit = float(week_fit) if self.week > self.cycles and self.size > self.after else 0.0
+        # The lanes whose channels the last ``push`` scheduled (its cycles found, or looked at again): not state.
+        self.settled = np.zeros(0, dtype=np.int64)
         super().__init__(n_streams)
 
     def _fresh(self, n: int) -> dict[str, np.ndarray]:
@@ -211,18 +213,18 @@ class SeasonalRecord(StreamState):
         seen = self.seen_[idx]
         self.ring_[idx, :, seen % self.size] = reading
         self.seen_[idx] = seen + 1
+        settled = []
         # The first ``after`` readings sit at ring slots 0 … after − 1.
         for lane in idx[seen + 1 == self.after].tolist():
             history = self.ring_[lane, :, : self.after]
             self.period_[lane] = [find_period([h], CYCLE_ACF, self.after) for h in history]
             fit = np.array([cycle_fit(h, p) for h, p in zip(history, self.period_[lane])])
             spread = np.array([np.nanstd(h) if np.isfinite(h).any() else 0.0 for h in history])
-            self.scheduled_[lane] = fit < self.fit
-            self.least_[lane] = np.where(self.scheduled_[lane], SCHEDULED_SCALE * spread, 0.0)
-            self.typical_[lane] = np.where(self.scheduled_[lane], fit * spread, 0.0)
+            if self._schedule(lane, fit < self.fit, fit, spread):
+                settled.append(lane)
         if self.week_fit:
-            for lane in idx[seen + 1 == self.size].tolist():
-                self._look_again(lane)
+            settled += [lane for lane in idx[seen + 1 == self.size].tolist() if self._look_again(lane)]
+        self.settled = np.array(settled, dtype=np.int64)
         rows, channels = np.nonzero((self.period_[idx] > 0) & (True if skip is None else ~skip))
         # Readings t − span + 1 … t and one cycle before each; a slot before the lane's first reading is NaN, as the
         # ring holds fewer than ``size`` readings then (the furthest lag × period + span <= size).
@@ -241,26 +243,34 @@ class SeasonalRecord(StreamState):
             differences[kept] = nearest_difference(now[kept], last[kept], earlier, bar)
         return rows, channels, differences
 
-    def _look_again(self, lane: int) -> None:
+    def _schedule(self, lane: int, chosen: np.ndarray, fit: np.ndarray, spread: np.ndarray) -> bool:
+        """Schedule a lane's ``chosen`` channels ``[C]`` given their ``cycle_fit`` and spread ``[C]``: the least scale
+        of their seasonal level (``SCHEDULED_SCALE``) and their typical difference; whether any was chosen."""
+        self.scheduled_[lane] |= chosen
+        self.least_[lane] = np.where(chosen, SCHEDULED_SCALE * spread, self.least_[lane])
+        self.typical_[lane] = np.where(chosen, fit * spread, self.typical_[lane])
+        return bool(chosen.any())
+
+    def _look_again(self, lane: int) -> bool:
         """Look at a lane's channels with a cycle again in the ``size`` readings the ring now holds, its first: a
         channel that keeps to the same moment a ``week`` of cycles earlier (``cycle_fit`` at that lag under
         ``week_fit`` and ``SHARP`` times its worst, the cycle taken within ``REFINE`` of the one found where that fit
         is best) is scheduled, on that cycle, with its typical difference from a week earlier. A working week's
         channel whose first ``after`` readings held a weekend did not keep to its day there, and a day found a few
         readings short in them read every edge of a schedule a few readings early (docs/detection.md, the
-        week-relook round)."""
+        week-relook round). Returns whether any channel was scheduled."""
         history = self.ring_[lane].astype(np.float64)
         reach = (self.size - self.span) // self.week  # the longest cycle whose week back the ring holds
+        chosen, fit, spread = np.zeros(self.channels, dtype=bool), np.zeros(self.channels), np.zeros(self.channels)
         for c in np.flatnonzero(self.period_[lane] > 0).tolist():
             p = int(self.period_[lane, c])
             near = max(2, round(REFINE * p))
             cycles = np.arange(max(MIN_LAG, p - near), min(reach, p + near) + 1)
             fits = np.array([cycle_fit(history[c], self.week * int(q)) for q in cycles])
-            if not len(fits) or not fits.min() < min(self.week_fit, SHARP * fits.max()):
-                continue
-            spread = float(np.nanstd(history[c]))
-            self.period_[lane, c], self.scheduled_[lane, c] = cycles[fits.argmin()], True
-            self.least_[lane, c], self.typical_[lane, c] = SCHEDULED_SCALE * spread, fits.min() * spread
+            if len(fits) and fits.min() < min(self.week_fit, SHARP * fits.max()):
+                chosen[c], fit[c], spread[c] = True, fits.min(), np.nanstd(history[c])
+                self.period_[lane, c] = cycles[fits.argmin()]
+        return self._schedule(lane, chosen, fit, spread)
 
     def history(self, lane: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """A lane's first ``n`` readings ``[C, n]`` (call it with ``after`` when its cycles have just been found, or
