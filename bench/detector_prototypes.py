@@ -116,6 +116,10 @@ Prototypes (``KIND:key=value;...``, each key optional):
 - ``discord`` (``m``, ``znorm``): ``novelty`` of the raw readings instead of the representation: each lane's last ``m``
   readings (a multichannel lane: at most the model's dimensions over its channels each) less their mean, over their
   own spread (``znorm`` 1) or the stream's robust scale in its first 15 % (0), judged against the remembered ones.
+- ``cycle-profile`` (``rate``, ``signals``, ``side``): on a lane with a scheduled channel, ``novelty`` (with
+  ``signals`` 1 both model signals) is judged and learned less its habitual excess at the same moment of the cycle
+  (an average per moment, ``rate`` per cycle, less the signal's slow average; with ``side`` 0 a habitually low moment
+  is raised too): a model signal that peaks at every daily edge no longer reads as a tail there.
 
 The ``deviation`` prototypes recompute the level from the stream's raw values in sliding windows of the last
 ``deviation_window`` readings, where the monitor windows the float32 readings since the stream's last reset: with
@@ -1314,6 +1318,106 @@ def full_novelty(after: float = 233) -> Prototype:
     return _patching(detector_module.RepresentationMemory, novelty=novelty)
 
 
+class _CycleProfile(StreamState):
+    """``cycle_profile``'s memory of a lane's model signals (log) at each moment of its scheduled cycle: an
+    exponential average per moment ``level_`` ``[S, K, slots]`` (NaN: none yet) from ``seen_`` values, the cycle it is
+    kept on ``period_`` (a new cycle starts it afresh) and the signals' slow average over every moment ``base_``."""
+
+    def __init__(self, k: int, slots: int, rate: float, n_streams: int = 0) -> None:
+        self.k, self.slots, self.rate = int(k), int(slots), float(rate)
+        super().__init__(n_streams)
+
+    def _fresh(self, n: int) -> dict[str, np.ndarray]:
+        return {"level_": np.full((n, self.k, self.slots), np.nan), "seen_": np.zeros((n, self.slots)),
+                "period_": np.zeros(n, dtype=np.int64), "base_": np.full((n, self.k), np.nan)}  # fmt: skip
+
+    def _config(self) -> dict:
+        return {"k": self.k, "slots": self.slots, "rate": self.rate}
+
+    def excess(self, lanes: np.ndarray, period: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Each lane's habitual level at this moment of its cycle less its slow average ``[m, K]`` (0 without a
+        cycle or a value yet), shrunk toward 0 while the moment has few values."""
+        moved = self.period_[lanes] != period
+        self.level_[lanes[moved]], self.seen_[lanes[moved]], self.period_[lanes[moved]] = np.nan, 0, period[moved]
+        out = np.zeros((len(lanes), self.k))
+        on = (period > 0) & (period <= self.slots)
+        rows, slot = lanes[on], at[on] % np.maximum(period[on], 1)
+        seen = self.seen_[rows, slot][:, None]
+        excess = seen / (seen + 2.0) * (self.level_[rows, :, slot] - self.base_[rows])
+        out[on] = np.where(np.isfinite(excess), excess, 0.0)
+        return out
+
+    def learn(self, lanes: np.ndarray, x: np.ndarray, period: np.ndarray, at: np.ndarray, baseline: np.ndarray) -> None:
+        """Learn each lane's log-signals ``x [m, K]`` at its moment, where ``baseline`` and every signal has a value."""
+        on = (period > 0) & (period <= self.slots) & baseline & np.isfinite(x).all(axis=1)
+        rows, slot, v = lanes[on], at[on] % np.maximum(period[on], 1), x[on]
+        old = self.level_[rows, :, slot]
+        self.level_[rows, :, slot] = np.where(np.isfinite(old), old + self.rate * (v - old), v)
+        self.seen_[rows, slot] += 1
+        base = self.base_[rows]
+        self.base_[rows] = np.where(np.isfinite(base), base + (v - base) / CYCLE_BASE, v)
+
+
+CYCLE_BASE = 500
+"""Values over which ``cycle_profile``'s slow average of a signal forgets (the committed ``horizon``)."""
+
+
+def cycle_profile(rate: float = 0.2, signals: float = 0, side: float = 1) -> Prototype:
+    """On a lane with a scheduled channel (``SeasonalRecord``: it keeps to its cycle closely), each model signal is
+    judged and learned less its habitual excess at the same moment of the cycle: the signal's exponential average
+    (``rate`` per cycle) at that moment less its slow average over every moment. A model's signals on such a lane are
+    mostly its cycle's (the moment explains a median 68 % of ``distance``'s variance and 39 % of ``novelty``'s on
+    ``bench/periodic_faults.py``'s scheduled lanes), so a daily edge reads as a tail every day. ``signals`` 0 corrects
+    ``novelty`` only, 1 both model signals; ``side`` 1 removes only a habitual excess (a moment where the signal is
+    habitually high), 0 also raises a moment where it is habitually low. The moment is the lane's reading count less
+    one, modulo the longest cycle of its scheduled channels."""
+    seasonal_levels, surprise, learn = detector_module.Detector._seasonal_levels, SignalStats.surprise, SignalStats.learn
+
+    def on_seasonal_levels(self: detector_module.Detector, lanes: np.ndarray, reading, plain):  # noqa: ANN001, ANN202
+        out = seasonal_levels(self, lanes, reading, plain)
+        if self.seasonal:
+            record = self.seasons
+            period = np.max(np.where(record.scheduled_, record.period_, 0), axis=1)
+            names = self.config.signals
+            chosen = [k for k, name in enumerate(names) if name == "novelty" or (signals and name in MODEL_SIGNALS)]
+            self.stats.__dict__["cycle_"] = (period, record.seen_ - 1, chosen, record.size)
+        return out
+
+    def correction(self: SignalStats, idx: np.ndarray) -> np.ndarray | None:
+        step = self.__dict__.get("cycle_")
+        if step is None:
+            return None
+        period, at, chosen, slots = step
+        profile = _companion(self, "cycle_profile_", lambda: _CycleProfile(self.k, slots, rate))
+        excess = profile.excess(idx, period[idx], at[idx])
+        keep = np.zeros(self.k, dtype=bool)
+        keep[chosen] = True
+        excess = np.where(keep, np.maximum(excess, 0.0) if side else excess, 0.0)
+        self.__dict__["cycle_excess_"] = dict(zip(idx.tolist(), excess))
+        return excess
+
+    def on_surprise(self: SignalStats, idx: np.ndarray, x: np.ndarray) -> np.ndarray:
+        excess = correction(self, idx)
+        return surprise(self, idx, x if excess is None else x - excess)
+
+    def on_learn(self: SignalStats, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
+        step, known = self.__dict__.get("cycle_"), self.__dict__.get("cycle_excess_")
+        if step is None or known is None:
+            return learn(self, idx, x, baseline)
+        period, at, _, _ = step
+        excess = np.array([known.get(int(i), np.zeros(self.k)) for i in idx]).reshape(len(idx), self.k)
+        self.__dict__["cycle_profile_"].learn(idx, x, period[idx], at[idx], np.asarray(baseline, dtype=bool))
+        learn(self, idx, x - excess, baseline)
+
+    @contextmanager
+    def patches() -> Iterator[None]:
+        with mock.patch.multiple(detector_module.Detector, _seasonal_levels=on_seasonal_levels), \
+                mock.patch.multiple(SignalStats, surprise=on_surprise, learn=on_learn):
+            yield
+
+    return Prototype(patches)
+
+
 PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
     "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift, "rhythm": rhythm,
@@ -1325,7 +1429,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "step-full": step_full, "persist": persist, "late-bar": late_bar, "peak-fade": peak_fade,
     "growing-refractory": growing_refractory, "spent-peaks": spent_peaks, "calibrated": calibrated, "cross": cross,
     "phase-novelty": phase_novelty, "lone-model": lone_model, "relative-distance": relative_distance,
-    "signal-weight": signal_weight, "full-novelty": full_novelty,
+    "signal-weight": signal_weight, "full-novelty": full_novelty, "cycle-profile": cycle_profile,
 }  # fmt: skip
 
 
@@ -1367,7 +1471,9 @@ def stream_set_main(script: str, description: str, load: Callable[[argparse.Name
     dr.add_arguments(parser)
     parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
     parser.add_argument("--prototypes", nargs="*", default=[], metavar="KIND:key=value;...",
-                        help=f"prototypes to replay on the committed settings ({', '.join(PROTOTYPES)})")
+                        help=f"prototypes to replay ({', '.join(PROTOTYPES)})")
+    parser.add_argument("--base", default="", metavar="key=value;...",
+                        help="detector settings the prototypes patch (default: the committed ones)")
     dr.add_peers_argument(parser)
     parser.add_argument("--count-from", type=float, default=0.0, metavar="SHARE",
                         help="leave each stream's rows before this share of its length (or its first labelled "
@@ -1381,17 +1487,19 @@ def stream_set_main(script: str, description: str, load: Callable[[argparse.Name
     variants = dr.committed_and(args.variants, parser)
     try:
         prototypes = {spec: parse(spec) for spec in args.prototypes}
+        base = DetectorConfig().with_overrides(args.base)
     except ValueError as exc:
         parser.error(str(exc))
     bench = dr.Bench.load(args, load(args))
     bench.count_from = args.count_from
     flags = (dr.corpus_flags(args) + [f"--count-from {args.count_from:g}"] * bool(args.count_from)
              + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)
+             + ["--base", f"'{args.base}'"] * bool(args.base)
              + ["--prototypes", *(f"'{p}'" for p in args.prototypes)] * bool(args.prototypes) + peer_flags)
     results = bench.results(" ".join([f"python {script}", *flags]), args)
     bench.score_peers(results, peers)
     bench.score_variants(results, variants)
-    score_prototypes(bench, results, prototypes, DetectorConfig())
+    score_prototypes(bench, results, prototypes, base)
     bench.finish(results, args.out)
 
 

@@ -652,3 +652,35 @@ def test_full_novelty_gives_no_novelty_until_a_lane_has_remembered_enough_readin
         young = memory.novelty(lanes, z)
     assert young[0] == committed[0] and np.isnan(young[1])  # lane 1 has remembered 2 readings, under 4
     np.testing.assert_array_equal(memory.novelty(lanes, z), committed)  # unpatched again
+
+
+def test_cycle_profile_lowers_a_signal_where_its_cycle_habitually_raises_it_not_elsewhere_and_only_while_patched():
+    period, lane = 10, np.array([0])
+
+    def surprises() -> tuple[float, float]:
+        """``novelty``'s surprise of a value of 2 at moment 3 of the cycle (where 40 cycles held 2) and at moment 6
+        (where they held 0), on a lane scheduled on a cycle of 10 readings."""
+        rng = np.random.default_rng(3)
+        stats = SignalStats(k=3, horizon=500, short=1, tail_dof=8, n_streams=1)
+
+        def at(t: int) -> None:  # what the patched Detector._seasonal_levels stashes for the step
+            stats.__dict__["cycle_"] = (np.array([period]), np.array([t]), [1], 64)
+
+        for t in range(40 * period):
+            at(t)
+            x = np.array([[0.0, (2.0 if t % period == 3 else 0.0) + rng.normal(0, 0.1), 0.0]])
+            stats.surprise(lane, x)
+            stats.learn(lane, x, np.array([True]))
+        out = []
+        for t in (40 * period + 3, 40 * period + 6):
+            at(t)
+            out.append(float(stats.surprise(lane, np.array([[0.0, 2.0, 0.0]]))[0, 1]))
+        return out[0], out[1]
+
+    committed = surprises()
+    with prototypes.parse("cycle-profile").patches():
+        habitual, elsewhere = surprises()
+    assert committed[0] == committed[1] > 1.0  # the committed statistics read 2 alike at every moment
+    # The profile makes moment 3's 2 ordinary (2.0 → 0.8), and moment 6's stands out more (2.0 → 5.1).
+    assert habitual < 1.0 < committed[0] < 4.0 < elsewhere
+    assert surprises() == committed  # unpatched again
