@@ -1371,9 +1371,13 @@ def cycle_profile(rate: float = 0.2, signals: float = 0, side: float = 1) -> Pro
     ``novelty`` only, 1 both model signals; ``side`` 1 removes only a habitual excess (a moment where the signal is
     habitually high), 0 also raises a moment where it is habitually low. The moment is the lane's reading count less
     one, modulo the longest cycle of its scheduled channels."""
-    seasonal_levels, surprise, learn = detector_module.Detector._seasonal_levels, SignalStats.surprise, SignalStats.learn
+    seasonal_levels = detector_module.Detector._seasonal_levels
+    surprise, learn = SignalStats.surprise, SignalStats.learn
 
-    def on_seasonal_levels(self: detector_module.Detector, lanes: np.ndarray, reading, plain):  # noqa: ANN001, ANN202
+    def on_seasonal_levels(
+        self: detector_module.Detector, lanes: np.ndarray, reading: np.ndarray | None, plain: np.ndarray | None
+    ) -> np.ndarray | None:
+        # The lane's cycle and moment for this step, stashed on its statistics for the patched surprise and learn.
         out = seasonal_levels(self, lanes, reading, plain)
         if self.seasonal:
             record = self.seasons
