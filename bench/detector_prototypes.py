@@ -1397,7 +1397,10 @@ def cycle_profile(rate: float = 0.2, signals: float = 0, side: float = 1) -> Pro
         keep = np.zeros(self.k, dtype=bool)
         keep[chosen] = True
         excess = np.where(keep, np.maximum(excess, 0.0) if side else excess, 0.0)
-        self.__dict__["cycle_excess_"] = dict(zip(idx.tolist(), excess))
+        # This step's excess per lane, for ``on_learn``: it learns a subset of the lanes judged (those with a value).
+        step_excess = np.zeros((self.n_streams, self.k))
+        step_excess[idx] = excess
+        self.__dict__["cycle_excess_"] = step_excess
         return excess
 
     def on_surprise(self: SignalStats, idx: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -1409,9 +1412,8 @@ def cycle_profile(rate: float = 0.2, signals: float = 0, side: float = 1) -> Pro
         if step is None or known is None:
             return learn(self, idx, x, baseline)
         period, at, _, _ = step
-        excess = np.array([known.get(int(i), np.zeros(self.k)) for i in idx]).reshape(len(idx), self.k)
         self.__dict__["cycle_profile_"].learn(idx, x, period[idx], at[idx], np.asarray(baseline, dtype=bool))
-        learn(self, idx, x - excess, baseline)
+        learn(self, idx, x - known[idx], baseline)
 
     @contextmanager
     def patches() -> Iterator[None]:
