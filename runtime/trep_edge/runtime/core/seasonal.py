@@ -247,8 +247,10 @@ class SeasonalRecord(StreamState):
         """Schedule a lane's ``chosen`` channels ``[C]`` given their ``cycle_fit`` and spread ``[C]``: the least scale
         of their seasonal level (``SCHEDULED_SCALE``) and their typical difference; whether any was chosen."""
         self.scheduled_[lane] |= chosen
-        self.least_[lane] = np.where(chosen, SCHEDULED_SCALE * spread, self.least_[lane])
-        self.typical_[lane] = np.where(chosen, fit * spread, self.typical_[lane])
+        # Only the chosen channels' products: another's fit may be inf beside a spread of 0 (a channel that holds
+        # still), whose product warned on every such lane.
+        self.least_[lane, chosen] = SCHEDULED_SCALE * spread[chosen]
+        self.typical_[lane, chosen] = fit[chosen] * spread[chosen]
         return bool(chosen.any())
 
     def _look_again(self, lane: int) -> bool:
