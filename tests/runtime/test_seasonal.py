@@ -404,7 +404,7 @@ def test_a_cycle_found_a_reading_short_is_set_right_against_a_week_earlier():
 
 def test_a_lane_scheduled_once_the_record_holds_a_week_relearns_its_deviation_statistics_from_all_of_it():
     x = _week_from_saturday()
-    config = CONFIG.with_overrides("seasonal_gain=0;seasonal_fit=0.2")  # seasonal_week_fit at its default, 0.2
+    config = CONFIG.with_overrides("seasonal_gain=0;seasonal_fit=0.2")  # seasonal_week_fit at its default, 0.3
     detector, one = fresh(config), np.array([0])
     rng = np.random.default_rng(3)
     distance, z, deviation = rng.lognormal(size=len(x)), rng.normal(size=(len(x), 4)), _deviation_parts(x)

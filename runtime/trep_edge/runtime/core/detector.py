@@ -285,8 +285,10 @@ class DetectorConfig:
             (``seasonal.cycle_fit`` at that lag under this) is scheduled, on the cycle that fits best near the one
             found, and its ``deviation`` statistics relearnt: a working week's channel whose first
             ``seasonal_after`` readings held a weekend did not keep to its day there, and a day found a few readings
-            short in them read a schedule's edges early (docs/detection.md, the week-relook round). 0 = never; only
-            with ``seasonal_week`` (and ``seasonal_fit``).
+            short in them read a schedule's edges early (docs/detection.md, the week-relook round). 0.3, not the 0.2
+            of ``seasonal_fit``: under per-stream models it schedules every working week of ``bench/weekly_faults.py``
+            at no false alarm more on the fault-free shapes, the quick corpus or the clean schedules (the week-bar
+            round). 0 = never; only with ``seasonal_week`` (and ``seasonal_fit``).
         seasonal_after: readings since a lane's start or reset in which its channels' cycles are found (the longest
             cycle looked for is half of it); the floor and scheduled channels start after them.
         seasonal_trust: a channel is judged plainly once its cycle has foretold ``seasonal_need`` and this share of
@@ -361,7 +363,7 @@ class DetectorConfig:
     seasonal_fit: float = 0.2
     seasonal_cycles: int = 2
     seasonal_week: int = 7
-    seasonal_week_fit: float = 0.2
+    seasonal_week_fit: float = 0.3
     seasonal_after: int = 750
     seasonal_trust: float = 0.3
     seasonal_loud: float = 4.0
