@@ -1472,18 +1472,17 @@ def tail_overlap(q: float = 1.5, floor: float = 0.4) -> Prototype:
     `distance` does), so Fisher's method counted it two or three times (docs/detection.md, the week-bar round)."""
     learn, overlap = SignalStats.learn, SignalStats.overlap
 
+    def record_of(stats: SignalStats) -> _TailRecord:
+        return _companion(stats, "tail_record_", lambda: _TailRecord(stats.k, stats.horizon))
+
     def on_learn(self: SignalStats, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
-        # Standardised as ``learn`` standardises for the correlations: by the statistics before this reading.
-        ok = np.isfinite(x) & np.asarray(baseline, dtype=bool)[:, None]
-        u = np.where(ok, x - self.mean_[idx], 0.0) / self._scale(idx)
-        together = ok.all(axis=1) & np.isfinite(u).all(axis=1)
-        record = _companion(self, "tail_record_", lambda: _TailRecord(self.k, self.horizon))
-        record.learn(idx[together], (u[together] > q).astype(np.float64))
+        _, _, u, together = self.standardised(idx, x, baseline)  # the values the correlations learn from
+        record_of(self).learn(idx[together], (u[together] > q).astype(np.float64))
         learn(self, idx, x, baseline)
 
     def on_overlap(self: SignalStats, idx: np.ndarray, bar: float) -> np.ndarray:
         plain = overlap(self, idx, bar)
-        record = _companion(self, "tail_record_", lambda: _TailRecord(self.k, self.horizon))
+        record = record_of(self)
         lam = record.dependence(idx)
         known = (record.count_[idx] >= TAIL_MIN_VALUES)[:, None, None] & np.isfinite(lam) & ~np.eye(self.k, dtype=bool)
         return np.maximum(plain, np.where(known, np.clip((lam - floor) / (1 - floor), 0.0, 1.0), 0.0))

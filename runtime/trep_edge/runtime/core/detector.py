@@ -1057,16 +1057,24 @@ class SignalStats(StreamState):
             deviation = np.where(np.isfinite(x), np.fmax(deviation, short_mean - mean), np.nan)
         return _surprise(deviation / self._scale(idx), self.tail_dof)
 
+    def standardised(
+        self, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What ``learn`` learns from log-signals ``x [n, K]``: the values it takes ``ok`` (finite, on ``baseline``
+        rows), their differences from the mean (0 elsewhere), those standardised by the statistics before this
+        reading as ``surprise`` does, and the rows whose every signal has a standardised value (the correlations')."""
+        ok = np.isfinite(x) & np.asarray(baseline, dtype=bool)[:, None]
+        delta = np.where(ok, x - self.mean_[idx], 0.0)
+        u = delta / self._scale(idx)
+        return ok, delta, u, ok.all(axis=1) & np.isfinite(u).all(axis=1)
+
     def learn(self, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
         """Record one value per signal of each selected lane; only rows with ``baseline`` enter the statistics.
 
         The short-term ring always advances (it describes the present, anomaly or not); the long-run statistics
         skip NaN values and the rows the alert gate protects, and the correlations also rows without every signal.
         """
-        ok = np.isfinite(x) & np.asarray(baseline, dtype=bool)[:, None]
-        delta = np.where(ok, x - self.mean_[idx], 0.0)
-        u = delta / self._scale(idx)  # standardised by the statistics before this reading, as ``surprise`` does
-        together = ok.all(axis=1) & np.isfinite(u).all(axis=1)
+        ok, delta, u, together = self.standardised(idx, x, baseline)
         count = np.where(ok, np.minimum(self.count_[idx] + 1, self.horizon), self.count_[idx])
         a = np.where(ok, 1.0 / np.maximum(count, 1), 0.0)
         self.mean_[idx] += a * delta
