@@ -116,10 +116,6 @@ Prototypes (``KIND:key=value;...``, each key optional):
 - ``discord`` (``m``, ``znorm``): ``novelty`` of the raw readings instead of the representation: each lane's last ``m``
   readings (a multichannel lane: at most the model's dimensions over its channels each) less their mean, over their
   own spread (``znorm`` 1) or the stream's robust scale in its first 15 % (0), judged against the remembered ones.
-- ``tail-overlap`` (``q``, ``floor``): Brown's overlap of two of a lane's signals is also read off their joint
-  upper tails: how often both stand more than ``q`` of their deviations above their means, over the square root of
-  how often each does (1: they exceed together, about their exceedance rate: apart), as ``(λ − floor) / (1 − floor)``;
-  the larger of that and the committed correlation's overlap counts.
 - ``cycle-profile`` (``rate``, ``signals``, ``side``): on a lane with a scheduled channel, ``novelty`` (with
   ``signals`` 1 both model signals) is judged and learned less its habitual excess at the same moment of the cycle
   (an average per moment, ``rate`` per cycle, less the signal's slow average; with ``side`` 0 a habitually low moment
@@ -1428,68 +1424,6 @@ def cycle_profile(rate: float = 0.2, signals: float = 0, side: float = 1) -> Pro
     return Prototype(patches)
 
 
-class _TailRecord(StreamState):
-    """``tail_overlap``'s per-lane record: how often each signal ``exceed_`` ``[S, K]`` and each pair together
-    ``joint_`` ``[S, K, K]`` stood above its threshold, over the last ``horizon`` readings learned with every signal
-    (``count_`` of them)."""
-
-    def __init__(self, k: int, horizon: int, n_streams: int = 0) -> None:
-        self.k, self.horizon = int(k), int(horizon)
-        super().__init__(n_streams)
-
-    def _fresh(self, n: int) -> dict[str, np.ndarray]:
-        return {"exceed_": np.zeros((n, self.k)), "joint_": np.zeros((n, self.k, self.k)),
-                "count_": np.zeros(n, dtype=np.int64)}  # fmt: skip
-
-    def _config(self) -> dict:
-        return {"k": self.k, "horizon": self.horizon}
-
-    def learn(self, rows: np.ndarray, above: np.ndarray) -> None:
-        """Record each row's exceedances ``above [m, K]`` (0/1) in its lane's rates."""
-        count = np.minimum(self.count_[rows] + 1, self.horizon)
-        w = (1.0 / count)[:, None]
-        self.exceed_[rows] += w * (above - self.exceed_[rows])
-        self.joint_[rows] += w[:, :, None] * (above[:, :, None] * above[:, None, :] - self.joint_[rows])
-        self.count_[rows] = count
-
-    def dependence(self, idx: np.ndarray) -> np.ndarray:
-        """``[n, K, K]``: joint exceedance over the root of the two rates (NaN where either signal never exceeded)."""
-        rate = self.exceed_[idx]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self.joint_[idx] / np.sqrt(rate[:, :, None] * rate[:, None, :])
-
-
-TAIL_MIN_VALUES = 200
-"""Readings with every signal a lane learns before ``tail_overlap`` reads its joint tails (about 14 exceedances of
-1.5 deviations each)."""
-
-
-def tail_overlap(q: float = 1.5, floor: float = 0.4) -> Prototype:
-    """Brown's overlap of two signals is at least their joint-tail dependence ``(λ − floor) / (1 − floor)``, ``λ``
-    the rate at which both stand ``q`` deviations above their means over the root of the two rates. On a noise-like
-    stream a per-stream model's signals all read the reading's size: an ordinary outlier moves them together although
-    `novelty` correlates with `distance` at 0.26 overall (white noise; it exceeds 2 deviations 8 times as often when
-    `distance` does), so Fisher's method counted it two or three times (docs/detection.md, the week-bar round)."""
-    learn, overlap = SignalStats.learn, SignalStats.overlap
-
-    def record_of(stats: SignalStats) -> _TailRecord:
-        return _companion(stats, "tail_record_", lambda: _TailRecord(stats.k, stats.horizon))
-
-    def on_learn(self: SignalStats, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
-        _, _, u, together = self.standardised(idx, x, baseline)  # the values the correlations learn from
-        record_of(self).learn(idx[together], (u[together] > q).astype(np.float64))
-        learn(self, idx, x, baseline)
-
-    def on_overlap(self: SignalStats, idx: np.ndarray, bar: float) -> np.ndarray:
-        plain = overlap(self, idx, bar)
-        record = record_of(self)
-        lam = record.dependence(idx)
-        known = (record.count_[idx] >= TAIL_MIN_VALUES)[:, None, None] & np.isfinite(lam) & ~np.eye(self.k, dtype=bool)
-        return np.maximum(plain, np.where(known, np.clip((lam - floor) / (1 - floor), 0.0, 1.0), 0.0))
-
-    return _patching(SignalStats, learn=on_learn, overlap=on_overlap)
-
-
 PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
     "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift, "rhythm": rhythm,
@@ -1502,7 +1436,6 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "growing-refractory": growing_refractory, "spent-peaks": spent_peaks, "calibrated": calibrated, "cross": cross,
     "phase-novelty": phase_novelty, "lone-model": lone_model, "relative-distance": relative_distance,
     "signal-weight": signal_weight, "full-novelty": full_novelty, "cycle-profile": cycle_profile,
-    "tail-overlap": tail_overlap,
 }  # fmt: skip
 
 

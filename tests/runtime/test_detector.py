@@ -17,6 +17,7 @@ from trep_edge.runtime.core.detector import (
     RepresentationMemory,
     SignalStats,
     StepRecord,
+    TAIL_MIN_VALUES,
     StuckRecord,
     combine_surprise,
     count_channels,
@@ -627,7 +628,7 @@ def test_a_lane_whose_signals_repeat_each_other_alerts_less_and_survives_a_save_
         detector.add(streams=1, lanes=1)
         return detector
 
-    fisher = sum(_correlated_run(fresh(dataclasses.replace(config, redundancy=1.0)), draws))
+    fisher = sum(_correlated_run(fresh(dataclasses.replace(config, redundancy=1.0, redundancy_tail=1.0)), draws))
     redundant = fresh(config)
     brown = _correlated_run(redundant, draws)
     assert fisher > 2 * sum(brown) and sum(brown) > 0  # one outlier counted once, not twice
@@ -639,6 +640,75 @@ def test_a_lane_whose_signals_repeat_each_other_alerts_less_and_survives_a_save_
     assert restored.stats.pairs_[0] > REDUNDANCY_MIN_VALUES
     assert got + _correlated_run(restored, draws, start=1500) == brown
     assert (redundant.for_model(2, None).stats.pairs_ == 0).all()  # another model's signals: relearned
+
+
+def test_signal_stats_count_signals_that_stand_out_together_as_partly_one():
+    """Two signals of independent noise but for a joint spike of 4 deviations on 5 % of readings, and a third of noise
+    alone: their correlation (about 0.4) is under the bar, their joint tail is not."""
+    rng = np.random.default_rng(5)
+    stats = SignalStats(k=3, horizon=500, short=1, tail_dof=8, n_streams=1)
+    lane = rows(0)
+    for t in range(600):
+        x = rng.normal(size=(1, 3))
+        if rng.random() < 0.05:
+            x[0, :2] += 4.0
+        stats.learn(lane, x, np.array([True]))
+        if stats.pairs_[0] == TAIL_MIN_VALUES - 1:  # not yet enough learned readings: the tails count for nothing
+            assert stats.overlap(lane, 0.8, 0.4)[0, 0, 1] == 0.0
+    plain, tails = stats.overlap(lane, 0.8)[0], stats.overlap(lane, 0.8, 0.4)[0]
+    assert plain[0, 1] == plain[0, 2] == plain[1, 2] == 0.0
+    assert tails[0, 1] == tails[1, 0] > 0.2
+    assert tails[0, 2] == tails[1, 2] == 0.0  # the noise alone stands out apart
+    np.testing.assert_array_equal(stats.overlap(lane, 0.8, 1.0)[0], plain)  # 1: the correlation alone
+
+
+def _spiking_run(detector, draws, start=0):
+    """A lane whose ``distance`` and ``deviation`` are independent noise but for shared spikes (``draws [T, 2]``)."""
+    alerts = []
+    for a, g in draws[start:]:
+        step = detector.step(rows(0), rows(0), rows(0), np.exp([a]), np.zeros((1, 2)), np.array([[[g], [0.0]]]))
+        alerts.append(bool(step.alert[0]))
+    return alerts
+
+
+def test_a_lane_whose_signals_stand_out_together_alerts_less_and_survives_a_save_and_restore():
+    rng = np.random.default_rng(4)
+    spikes = 2.0 * (rng.random(4000) < 0.08)  # ordinary: 8 % of readings, learned
+    spikes[[1500, 2500]] = 8.0  # two faults
+    draws = np.abs(rng.normal(size=(4000, 2))) + spikes[:, None]
+    config = DetectorConfig(signals=("distance", "deviation"), short=1, prior_weight=0, quiet=0, stuck=0, budget_cost=0,
+                            peaks=0, record_decay=0, refractory=20)  # fmt: skip
+
+    def fresh(cfg):
+        detector = Detector(cfg, dims=2)
+        detector.add(streams=1, lanes=1)
+        return detector
+
+    correlation = fresh(dataclasses.replace(config, redundancy_tail=1.0))
+    apart = sum(_spiking_run(correlation, draws))
+    assert correlation.stats.overlap(rows(0), config.redundancy)[0, 0, 1] == 0.0  # under the correlation's bar
+    together = fresh(config)
+    tails = _spiking_run(together, draws)
+    assert sum(tails) < apart / 2  # an ordinary spike counted once, not twice
+    assert tails[1500] and tails[2500]  # the faults stand out all the same
+    interrupted = fresh(config)
+    got = _spiking_run(interrupted, draws[:2000])
+    restored = Detector(config, dims=2)
+    restored.load_state(npz_round_trip(interrupted.state_dict()))
+    assert restored.stats.coexceed_[0, 0, 1] > 0
+    assert got + _spiking_run(restored, draws, start=2000) == tails
+    assert (together.for_model(2, None).stats.coexceed_ == 0).all()  # another model's signals: relearned
+
+
+def test_joint_tails_are_for_card_normalised_models_unless_redundancy_tail_scaled():
+    config = DetectorConfig()
+    assert config.redundancy_tail < 1 and config.for_scaling(None) is config
+    assert config.for_scaling("stream") == config.with_overrides("seasonal_gain=0;redundancy_tail=1")
+    scaled = config.with_overrides("redundancy_tail_scaled=1;seasonal_scaled=1")
+    assert scaled.for_scaling("stream") is scaled
+    for bad in (-0.1, 1.5, math.nan):
+        with pytest.raises(ValueError, match="redundancy_tail"):
+            DetectorConfig(redundancy_tail=bad)
 
 
 def test_with_fisher_each_lane_is_one_test_of_its_combined_signals():
