@@ -700,6 +700,24 @@ def test_a_lane_whose_signals_stand_out_together_alerts_less_and_survives_a_save
     assert (together.for_model(2, None).stats.coexceed_ == 0).all()  # another model's signals: relearned
 
 
+def test_a_state_saved_before_the_joint_tails_counts_its_signals_apart_until_their_tails_say_otherwise():
+    rng = np.random.default_rng(6)
+    stats = SignalStats(k=2, horizon=500, short=1, n_streams=1)
+    lane = rows(0)
+    for _ in range(400):
+        stats.learn(lane, rng.normal(size=(1, 2)), np.array([True]))
+    old = {name: value for name, value in stats.state_dict().items() if name != "coexceed_"}
+    restored = SignalStats.from_state(npz_round_trip(old))
+    assert restored.pairs_[0] >= TAIL_MIN_VALUES
+    restored.learn(lane, np.array([[9.0, 9.0]]), np.array([True]))  # one reading out in both at once
+    # From empty rates that one reading would be λ = 1: the signals one signal. From independent rates it is not.
+    assert restored.overlap(lane, 0.8, 0.4)[0, 0, 1] == 0.0
+    for _ in range(400):
+        spike = 4.0 * (rng.random() < 0.1)
+        restored.learn(lane, rng.normal(size=(1, 2)) + spike, np.array([True]))
+    assert restored.overlap(lane, 0.8, 0.4)[0, 0, 1] > 0.2  # their own tails, learned since
+
+
 def test_joint_tails_are_for_card_normalised_models_unless_redundancy_tail_scaled():
     config = DetectorConfig()
     assert config.redundancy_tail < 1 and config.for_scaling(None) is config

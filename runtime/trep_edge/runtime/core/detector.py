@@ -1065,10 +1065,16 @@ class SignalStats(StreamState):
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> SignalStats:
         """``StreamState.from_state``; the lanes of a state saved before lanes warmed up on their own (no
-        ``judged_``) were judged with their stream's warm-up and count as warm."""
+        ``judged_``) were judged with their stream's warm-up and count as warm, and those of a state saved before the
+        joint tails (no ``coexceed_``) start with their signals' tails apart."""
         stats = super().from_state(state)
         if "judged_" not in state:
             stats.judged_[:] = WARM_LANE
+        if "coexceed_" not in state:
+            # Its lanes are past TAIL_MIN_VALUES already: from empty rates the first pair of exceedances would read
+            # as signals that always stand out together. They start at what independent Gaussian signals show.
+            rate = math.erfc(TAIL_LEVEL / math.sqrt(2)) / 2
+            stats.coexceed_[:] = rate**2 + (rate - rate**2) * np.eye(stats.k)
         return stats
 
     def _scale(self, idx: np.ndarray) -> np.ndarray:
@@ -1138,7 +1144,7 @@ class SignalStats(StreamState):
         with np.errstate(invalid="ignore", divide="ignore"):
             rho = c / (d[:, :, None] * d[:, None, :])
         known = (self.pairs_[idx] >= REDUNDANCY_MIN_VALUES)[:, None, None] & np.isfinite(rho)
-        plain = np.where(known, np.clip((rho - floor) / (1 - floor), 0.0, 1.0), 0.0) if floor < 1 else np.zeros_like(c)
+        plain = np.zeros_like(c) if floor >= 1 else np.where(known, np.clip((rho - floor) / (1 - floor), 0.0, 1.0), 0.0)
         if tail_floor >= 1:
             return plain
         joint = self.coexceed_[idx]
@@ -1605,7 +1611,8 @@ class Detector:
 
     def combine(self, lanes: np.ndarray, surprise: np.ndarray) -> np.ndarray:
         """One surprise per lane from its signal surprises ``[m, K]`` (``DetectorConfig.combine``): Fisher's method,
-        counting signals that the lane has shown to be near-duplicates as partly one (``redundancy``), or the
+        counting signals that the lane has shown to be near-duplicates or to stand out together as partly one
+        (``redundancy``, ``redundancy_tail``), or the
         largest. NaN where no signal has a value."""
         if self.config.combine == "fisher":
             c = self.config
