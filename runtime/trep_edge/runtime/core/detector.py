@@ -1128,8 +1128,8 @@ class SignalStats(StreamState):
         pairs = np.minimum(self.pairs_[rows] + 1, self.horizon)
         w = (1.0 / pairs)[:, None, None]
         self.comoment_[rows] = (1 - w) * self.comoment_[rows] + w * u[:, :, None] * u[:, None, :]
-        out = (u > TAIL_LEVEL).astype(np.float64)
-        self.coexceed_[rows] = (1 - w) * self.coexceed_[rows] + w * out[:, :, None] * out[:, None, :]
+        above = (u > TAIL_LEVEL).astype(np.float64)
+        self.coexceed_[rows] = (1 - w) * self.coexceed_[rows] + w * above[:, :, None] * above[:, None, :]
         self.pairs_[rows] = pairs
 
     def overlap(self, idx: np.ndarray, floor: float, tail_floor: float = 1.0) -> np.ndarray:
