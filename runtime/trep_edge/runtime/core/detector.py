@@ -164,8 +164,8 @@ class DetectorConfig:
             one outlier two or three times. Under per-stream models 0.4 gains on the count feeds (52.0 → 54.2), the
             working weeks (34.7 → 38.3) and the long streams (36.0 → 37.5), ties the quick corpus (61.6 → 61.8),
             loses one window where every signal rises at the fault on the clean schedules (69.5 → 67.2) and the short
-            streams (52.4 → 49.8), and raises 113 false alarms on the fault-free shapes against 127; 0.5 does worse on
-            four of the six sets, and lower loses more faults that every signal reads at once (docs/detection.md, the
+            streams (52.4 → 49.8; with a machine stop 60.2 → 58.8), and raises 113 false alarms on the fault-free shapes against 127; 0.5 does worse on
+            four of the six sets it was run on, and lower loses more faults that every signal reads at once (docs/detection.md, the
             week-bar and tail-overlap rounds).
         redundancy_tail_scaled: whether a stream-scaled model (card ``scaling = "stream"``: the general model) counts
             joint tails too. Its signals rise together at the quick corpus's faults: with it the general model's
