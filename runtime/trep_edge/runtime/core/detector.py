@@ -154,19 +154,19 @@ class DetectorConfig:
             twice: 40 false alarms on four fault-free noise streams of 7,250 readings, 31 with 0.8 (white noise: 10,
             4). Below 0.8 it reaches lanes whose signals agree because faults move them together, and loses faults
             (docs/detection.md, the redundancy round).
-        redundancy_tail: the joint-tail dependence of two of a lane's signals above which they count as partly one
-            too, at ``(λ − redundancy_tail) / (1 − redundancy_tail)`` where that is more than their correlation's
-            overlap; ``λ`` is how often both stand ``TAIL_LEVEL`` deviations above their means over the root of how
-            often each does (1: every exceedance together; about the exceedance rate: apart). 1 = the correlation
-            alone. On a noise-like stream a per-stream model's signals all read the reading's size at an ordinary
-            outlier although they correlate little overall (white noise: ``novelty`` and ``distance`` at 0.26, yet
-            ``novelty`` exceeds 2 deviations 8 times as often when ``distance`` does), so Fisher's method counted
-            one outlier two or three times. Under per-stream models 0.4 gains on the count feeds (52.0 → 54.2), the
-            working weeks (34.7 → 38.3) and the long streams (36.0 → 37.5), ties the quick corpus (61.6 → 61.8),
-            loses one window where every signal rises at the fault on the clean schedules (69.5 → 67.2) and the short
-            streams (52.4 → 49.8; with a machine stop 60.2 → 58.8), and raises 113 false alarms on the fault-free shapes against 127; 0.5 does worse on
-            four of the six sets it was run on, and lower loses more faults that every signal reads at once (docs/detection.md, the
-            week-bar and tail-overlap rounds).
+        redundancy_tail: the joint-tail dependence of two of a lane's signals above which they count as partly one too,
+            at ``(λ − redundancy_tail) / (1 − redundancy_tail)`` where that is more than their correlation's overlap;
+            ``λ`` is how often both stand ``TAIL_LEVEL`` deviations above their means over the root of how often each
+            does (1: every exceedance together; about the exceedance rate: apart). 1 = the correlation alone. On a
+            noise-like stream a per-stream model's signals all read the reading's size at an ordinary outlier although
+            they correlate little overall (white noise: ``novelty`` and ``distance`` at 0.26, yet ``novelty`` exceeds 2
+            deviations 8 times as often when ``distance`` does), so Fisher's method counted one outlier two or three
+            times. Under per-stream models 0.4 gains on the count feeds (52.0 → 54.2), the working weeks (34.7 → 38.3)
+            and the long streams (36.0 → 37.5), ties the quick corpus (61.6 → 61.8), loses one window where every signal
+            rises at the fault on the clean schedules (69.5 → 67.2) and the short streams (52.4 → 49.8; with a machine
+            stop 60.2 → 58.8), and raises 113 false alarms on the fault-free shapes against 127; 0.5 does worse on four
+            of the six sets it was run on, and lower loses more faults that every signal reads at once
+            (docs/detection.md, the week-bar and tail-overlap rounds).
         redundancy_tail_scaled: whether a stream-scaled model (card ``scaling = "stream"``: the general model) counts
             joint tails too. Its signals rise together at the quick corpus's faults: with it the general model's
             quick corpus falls 39.9 → 38.4 (a distorted cycle, a level step lost; the week-bar round).
