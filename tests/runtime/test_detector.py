@@ -608,37 +608,43 @@ def test_signal_stats_learn_the_correlations_and_overlap_only_near_duplicates():
     assert overlap[0, 2] == overlap[1, 2] == 0.0  # independent signals keep Fisher's method
 
 
-def _correlated_run(detector, draws, start=0):
-    """A lane whose ``distance`` is the exponential of its ``deviation`` (a model that sees only the reading's size)."""
+TWO_SIGNALS = DetectorConfig(signals=("distance", "deviation"), short=1, prior_weight=0, quiet=0, stuck=0,
+                             budget_cost=0, peaks=0, record_decay=0, refractory=20)  # fmt: skip
+"""A plain gate over ``distance`` and ``deviation``, for lanes whose two signals are drawn (``_two_signal_run``)."""
+
+
+def _one_lane(config):
+    detector = Detector(config, dims=2)
+    detector.add(streams=1, lanes=1)
+    return detector
+
+
+def _two_signal_run(detector, draws, start=0):
+    """One lane's alerts over ``draws [T, 2]``: per reading, the log of its ``distance`` and its ``deviation``
+    reading (against a window of one 0)."""
     alerts = []
-    for g in draws[start:]:
-        step = detector.step(rows(0), rows(0), rows(0), np.exp([g]), np.zeros((1, 2)), np.array([[[g], [0.0]]]))
+    for a, g in draws[start:]:
+        step = detector.step(rows(0), rows(0), rows(0), np.exp([a]), np.zeros((1, 2)), np.array([[[g], [0.0]]]))
         alerts.append(bool(step.alert[0]))
     return alerts
 
 
 def test_a_lane_whose_signals_repeat_each_other_alerts_less_and_survives_a_save_and_restore():
     rng = np.random.default_rng(3)
-    draws = np.abs(rng.standard_t(4, 3000))
-    config = DetectorConfig(signals=("distance", "deviation"), short=1, prior_weight=0, quiet=0, stuck=0, budget_cost=0,
-                            peaks=0, record_decay=0, refractory=20)  # fmt: skip
-
-    def fresh(cfg):
-        detector = Detector(cfg, dims=2)
-        detector.add(streams=1, lanes=1)
-        return detector
-
-    fisher = sum(_correlated_run(fresh(dataclasses.replace(config, redundancy=1.0, redundancy_tail=1.0)), draws))
-    redundant = fresh(config)
-    brown = _correlated_run(redundant, draws)
+    size = np.abs(rng.standard_t(4, 3000))
+    draws = np.stack([size, size], axis=1)  # ``distance`` the exponential of ``deviation``: only the reading's size
+    config = TWO_SIGNALS
+    fisher = sum(_two_signal_run(_one_lane(dataclasses.replace(config, redundancy=1.0, redundancy_tail=1.0)), draws))
+    redundant = _one_lane(config)
+    brown = _two_signal_run(redundant, draws)
     assert fisher > 2 * sum(brown) and sum(brown) > 0  # one outlier counted once, not twice
     assert redundant.stats.overlap(rows(0), config.redundancy)[0, 0, 1] > 0.5
-    interrupted = fresh(config)
-    got = _correlated_run(interrupted, draws[:1500])
+    interrupted = _one_lane(config)
+    got = _two_signal_run(interrupted, draws[:1500])
     restored = Detector(config, dims=2)
     restored.load_state(npz_round_trip(interrupted.state_dict()))
     assert restored.stats.pairs_[0] > REDUNDANCY_MIN_VALUES
-    assert got + _correlated_run(restored, draws, start=1500) == brown
+    assert got + _two_signal_run(restored, draws, start=1500) == brown
     assert (redundant.for_model(2, None).stats.pairs_ == 0).all()  # another model's signals: relearned
 
 
@@ -662,41 +668,25 @@ def test_signal_stats_count_signals_that_stand_out_together_as_partly_one():
     np.testing.assert_array_equal(stats.overlap(lane, 0.8, 1.0)[0], plain)  # 1: the correlation alone
 
 
-def _spiking_run(detector, draws, start=0):
-    """A lane whose ``distance`` and ``deviation`` are independent noise but for shared spikes (``draws [T, 2]``)."""
-    alerts = []
-    for a, g in draws[start:]:
-        step = detector.step(rows(0), rows(0), rows(0), np.exp([a]), np.zeros((1, 2)), np.array([[[g], [0.0]]]))
-        alerts.append(bool(step.alert[0]))
-    return alerts
-
-
 def test_a_lane_whose_signals_stand_out_together_alerts_less_and_survives_a_save_and_restore():
     rng = np.random.default_rng(4)
     spikes = 2.0 * (rng.random(4000) < 0.08)  # ordinary: 8 % of readings, learned
     spikes[[1500, 2500]] = 8.0  # two faults
-    draws = np.abs(rng.normal(size=(4000, 2))) + spikes[:, None]
-    config = DetectorConfig(signals=("distance", "deviation"), short=1, prior_weight=0, quiet=0, stuck=0, budget_cost=0,
-                            peaks=0, record_decay=0, refractory=20)  # fmt: skip
-
-    def fresh(cfg):
-        detector = Detector(cfg, dims=2)
-        detector.add(streams=1, lanes=1)
-        return detector
-
-    correlation = fresh(dataclasses.replace(config, redundancy_tail=1.0))
-    apart = sum(_spiking_run(correlation, draws))
+    draws = np.abs(rng.normal(size=(4000, 2))) + spikes[:, None]  # independent noise but for the shared spikes
+    config = TWO_SIGNALS
+    correlation = _one_lane(dataclasses.replace(config, redundancy_tail=1.0))
+    apart = sum(_two_signal_run(correlation, draws))
     assert correlation.stats.overlap(rows(0), config.redundancy)[0, 0, 1] == 0.0  # under the correlation's bar
-    together = fresh(config)
-    tails = _spiking_run(together, draws)
+    together = _one_lane(config)
+    tails = _two_signal_run(together, draws)
     assert sum(tails) < apart / 2  # an ordinary spike counted once, not twice
     assert tails[1500] and tails[2500]  # the faults stand out all the same
-    interrupted = fresh(config)
-    got = _spiking_run(interrupted, draws[:2000])
+    interrupted = _one_lane(config)
+    got = _two_signal_run(interrupted, draws[:2000])
     restored = Detector(config, dims=2)
     restored.load_state(npz_round_trip(interrupted.state_dict()))
     assert restored.stats.coexceed_[0, 0, 1] > 0
-    assert got + _spiking_run(restored, draws, start=2000) == tails
+    assert got + _two_signal_run(restored, draws, start=2000) == tails
     assert (together.for_model(2, None).stats.coexceed_ == 0).all()  # another model's signals: relearned
 
 

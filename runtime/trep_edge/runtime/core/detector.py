@@ -1099,24 +1099,16 @@ class SignalStats(StreamState):
             deviation = np.where(np.isfinite(x), np.fmax(deviation, short_mean - mean), np.nan)
         return _surprise(deviation / self._scale(idx), self.tail_dof)
 
-    def standardised(
-        self, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """What ``learn`` learns from log-signals ``x [n, K]``: the values it takes ``ok`` (finite, on ``baseline``
-        rows), their differences from the mean (0 elsewhere), those standardised by the statistics before this
-        reading as ``surprise`` does, and the rows whose every signal has a standardised value (the correlations')."""
-        ok = np.isfinite(x) & np.asarray(baseline, dtype=bool)[:, None]
-        delta = np.where(ok, x - self.mean_[idx], 0.0)
-        u = delta / self._scale(idx)
-        return ok, delta, u, ok.all(axis=1) & np.isfinite(u).all(axis=1)
-
     def learn(self, idx: np.ndarray, x: np.ndarray, baseline: np.ndarray) -> None:
         """Record one value per signal of each selected lane; only rows with ``baseline`` enter the statistics.
 
         The short-term ring always advances (it describes the present, anomaly or not); the long-run statistics
         skip NaN values and the rows the alert gate protects, and the correlations also rows without every signal.
         """
-        ok, delta, u, together = self.standardised(idx, x, baseline)
+        ok = np.isfinite(x) & np.asarray(baseline, dtype=bool)[:, None]
+        delta = np.where(ok, x - self.mean_[idx], 0.0)
+        u = delta / self._scale(idx)  # standardised by the statistics before this reading, as ``surprise`` does
+        together = ok.all(axis=1) & np.isfinite(u).all(axis=1)
         count = np.where(ok, np.minimum(self.count_[idx] + 1, self.horizon), self.count_[idx])
         a = np.where(ok, 1.0 / np.maximum(count, 1), 0.0)
         self.mean_[idx] += a * delta
@@ -1139,20 +1131,23 @@ class SignalStats(StreamState):
         1``, the larger of that and their joint-tail dependence λ as ``(λ − tail_floor) / (1 − tail_floor)``, once the
         lane has ``TAIL_MIN_VALUES`` such readings and both signals have stood out (``DetectorConfig.redundancy_tail``).
         """
-        c = self.comoment_[idx]
-        d = np.sqrt(np.einsum("nkk->nk", c))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rho = c / (d[:, :, None] * d[:, None, :])
-        known = (self.pairs_[idx] >= REDUNDANCY_MIN_VALUES)[:, None, None] & np.isfinite(rho)
-        plain = np.zeros_like(c) if floor >= 1 else np.where(known, np.clip((rho - floor) / (1 - floor), 0.0, 1.0), 0.0)
+        pairs = self.pairs_[idx]
+        plain = _overlap_above(self.comoment_[idx], pairs >= REDUNDANCY_MIN_VALUES, floor)
         if tail_floor >= 1:
             return plain
-        joint = self.coexceed_[idx]
-        rate = np.einsum("nkk->nk", joint)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            lam = joint / np.sqrt(rate[:, :, None] * rate[:, None, :])
-        known = (self.pairs_[idx] >= TAIL_MIN_VALUES)[:, None, None] & np.isfinite(lam) & ~np.eye(self.k, dtype=bool)
-        return np.maximum(plain, np.where(known, np.clip((lam - tail_floor) / (1 - tail_floor), 0.0, 1.0), 0.0))
+        return np.maximum(plain, _overlap_above(self.coexceed_[idx], pairs >= TAIL_MIN_VALUES, tail_floor))
+
+
+def _overlap_above(moments: np.ndarray, known: np.ndarray, floor: float) -> np.ndarray:
+    """``[n, K, K]`` second moments ``moments`` over the root of their diagonals' products (a correlation; for joint
+    exceedances, their dependence), as ``(r − floor) / (1 − floor)`` clipped to [0, 1]; 0 for lanes not ``known``
+    ``[n]``, where a diagonal is 0, and everywhere for ``floor >= 1``."""
+    if floor >= 1:
+        return np.zeros_like(moments)
+    d = np.sqrt(np.einsum("nkk->nk", moments))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = moments / (d[:, :, None] * d[:, None, :])
+    return np.where(known[:, None, None] & np.isfinite(r), np.clip((r - floor) / (1 - floor), 0.0, 1.0), 0.0)
 
 
 WARM_LANE = 2**40
