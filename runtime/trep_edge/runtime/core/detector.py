@@ -269,7 +269,7 @@ class DetectorConfig:
         schedule_tol: how far (a share of the spacing, and at least 2 steps) an alert may fall from where the
             progression puts it; spacing counts the stream's steps, a gap's missing ones included. 0.002 rather than
             0.01: at 0.01 (20 readings either side of a spacing of 2,000) two of the benchmark's 60 multi-fault
-            windows fell on a progression of earlier false alarms by chance. A heartbeat's spacing varies by 10 %:
+            windows fell on a progression of earlier false alarms by chance. A heartbeat's spacing varies by a tenth:
             0.2 with ``schedule`` 4 quiets it but keeps a long stream's faults back among its dense false alarms
             (docs/detection.md, the jittered-schedule round).
         deviation_window: the last readings of the model's window that ``deviation`` judges the reading against

@@ -620,8 +620,9 @@ def add_config_flags(parser: Any) -> None:
         cls = section_class(section)
         group = parser.add_argument_group(f"[{section}]", (cls.__doc__ or "").strip().splitlines()[0])
         for name, kind in field_types(cls).items():
+            # argparse %-formats help text: a docstring's "10 %" would break --help and every parse that renders it
             group.add_argument(flag_name(section, name), dest=f"cfg__{section}__{name}", metavar="VALUE",
-                               default=None, help=field_doc(cls, name))  # fmt: skip
+                               default=None, help=field_doc(cls, name).replace("%", "%%"))  # fmt: skip
 
 
 def flag_overrides(args: Any) -> dict[tuple[str, str], str]:
