@@ -1,3 +1,4 @@
+import argparse
 import re
 from pathlib import Path
 
@@ -61,6 +62,16 @@ def test_every_field_is_settable_by_environment_with_its_type():
         except ConfigError:
             continue  # the value is of the right type but not allowed for this field
         assert getattr(getattr(config, section), name) == value, key
+
+
+def test_a_percent_sign_in_a_field_doc_renders_in_help(monkeypatch):
+    """argparse %-formats help text: an unescaped "10 %:" in a docstring raised on every help."""
+    import trep_edge.runtime.service.config as config_module
+
+    monkeypatch.setattr(config_module, "field_doc", lambda cls, name: "varies by 10 %: 0.2")
+    parser = argparse.ArgumentParser()
+    config_module.add_config_flags(parser)
+    assert "varies by 10 %: 0.2" in parser.format_help()
 
 
 def test_every_field_has_a_flag_and_parsed_flags_override(tmp_path):
