@@ -8,6 +8,7 @@ from trep_edge.cli import build_parser
 from trep_edge.runtime.service.config import (
     ConfigError,
     MonitorConfig,
+    add_config_flags,
     field_doc,
     field_types,
     flag_overrides,
@@ -66,11 +67,9 @@ def test_every_field_is_settable_by_environment_with_its_type():
 
 def test_a_percent_sign_in_a_field_doc_renders_in_help(monkeypatch):
     """argparse %-formats help text: an unescaped "10 %:" in a docstring raised on every help."""
-    import trep_edge.runtime.service.config as config_module
-
-    monkeypatch.setattr(config_module, "field_doc", lambda cls, name: "varies by 10 %: 0.2")
+    monkeypatch.setattr("trep_edge.runtime.service.config.field_doc", lambda cls, name: "varies by 10 %: 0.2")
     parser = argparse.ArgumentParser()
-    config_module.add_config_flags(parser)
+    add_config_flags(parser)
     assert "varies by 10 %: 0.2" in parser.format_help()
 
 
