@@ -6,7 +6,9 @@ detection (it costs ``A_TP·σ(−1) + A_FN`` against a perfect detector's first
 its first row (``A_TP·σ(−1)`` less what the detection earned), or a false alarm (its cost). This script replays the
 benchmark's tapes (``bench/detector_replay.py``: the same corpus, models and options) through each detector variant
 and splits its score that way (the three columns add up to ``100 −`` its NAB standard score; ``--by-kind`` adds a
-row per injected fault kind), then counts false alarms per 1,000 readings outside event windows in blocks of
+row per injected fault kind), and counts the found windows whose first detection came before the fault began (``found before onset``: a NAB window
+opens half its width before the onset, so a detector that alerts steadily finds some windows by chance; what is left
+is what it detected), then counts false alarms per 1,000 readings outside event windows in blocks of
 readings after probation: a detector whose statistics are still settling, or that judges a model on the data it was
 trained on, alerts more in the first blocks.
 
@@ -27,15 +29,30 @@ from trep_edge.training.evaluation.detection_metrics import PROFILES, nab_parts,
 BLOCKS = 8  # blocks of readings after probation in the false-alarm timeline
 
 
+def found_before_onset(detections: np.ndarray, events: list[tuple[int, int]]) -> int:
+    """How many of a stream's NAB windows were found by a detection before any of their events began: the fault
+    cannot have caused it, so the window was found by chance (its reward is real; the detection is not)."""
+    rows = np.flatnonzero(detections)
+    rows = rows[rows >= probation(len(detections))]  # as NAB counts them
+    early = 0
+    for start, end in nab_windows(len(detections), events):
+        inside = rows[(rows >= start) & (rows <= end)]
+        onset = min(onset for onset, _ in events if start <= onset <= end)
+        early += bool(len(inside)) and int(inside[0]) < onset
+    return early
+
+
 def losses(streams: list[Stream], alerts: list[np.ndarray]) -> dict[str, float]:
     """NAB standard points lost to misses, to late detections and to false alarms over ``streams`` (they sum to
-    ``100 −`` the score; NaN without an event window), and the counts behind them."""
+    ``100 −`` the score; NaN without an event window), the counts behind them, and the found windows whose first
+    detection came before the fault began (``found_before_onset``)."""
     a_tp, _, a_fn = PROFILES["standard"]
     best = a_tp * float(scaled_sigmoid(-1.0))
     missed = late = false = 0.0
-    found = misses = alarms = windows = 0
+    found = misses = alarms = windows = early = 0
     for stream, detections in zip(streams, alerts):
         parts = nab_parts(detections, stream.events)
+        early += found_before_onset(detections, stream.events)
         windows += parts.windows
         misses += parts.missed
         found += len(parts.rewards)
@@ -45,7 +62,7 @@ def losses(streams: list[Stream], alerts: list[np.ndarray]) -> dict[str, float]:
         false -= sum(cost for _, cost in parts.costs)
     # 100 / (perfect − null); streams without an event (a kind "none") have no scale: their false alarms are counted
     scale = 100.0 / (windows * (best + a_fn)) if windows else math.nan
-    return {"windows": windows, "found": found, "missed": misses, "false alarms": alarms,
+    return {"windows": windows, "found": found, "found before onset": early, "missed": misses, "false alarms": alarms,
             "lost: missed": missed * scale, "lost: late": late * scale, "lost: false alarms": false * scale}  # fmt: skip
 
 
@@ -91,7 +108,7 @@ def main() -> None:
         dr.corpus_flags(args)
         + ["--block", str(args.block)] * (args.block != 250) + ["--by-kind"] * args.by_kind
         + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants))
-    keys = ["windows", "found", "missed", "false alarms", "lost: missed", "lost: late", "lost: false alarms"]
+    keys = ["windows", "found", "found before onset", "missed", "false alarms", "lost: missed", "lost: late", "lost: false alarms"]
     heads = [f"{k * args.block}–{(k + 1) * args.block}" for k in range(BLOCKS - 1)] + [f"{(BLOCKS - 1) * args.block}+"]
     table = ["| detector | category | " + " | ".join(keys) + " |", "|---" * (len(keys) + 2) + "|"]
     blocks = ["| detector | " + " | ".join(heads) + " |", "|---" * (BLOCKS + 1) + "|"]

@@ -77,5 +77,19 @@ def test_by_kind_gives_a_row_per_injected_fault_kind(monkeypatch, capsys, tmp_pa
     detector_losses.main()
     text = (tmp_path / "out.md").read_text()
     assert "--by-kind" in text.splitlines()[0]
-    assert "| trep | kind: drift | 1 | 0 | 1 | 0 | 100.0 | 0.0 | 0.0 |" in text
-    assert "| trep | kind: none | 0 | 0 | 0 | 1 | nan | nan | nan |" in text and "| trep | kind: spike | 1 | 1 | 0 | 0 |" in text
+    assert "| trep | kind: drift | 1 | 0 | 0 | 1 | 0 | 100.0 | 0.0 | 0.0 |" in text
+    assert "| trep | kind: none | 0 | 0 | 0 | 0 | 1 | nan | nan | nan |" in text
+    assert "| trep | kind: spike | 1 | 1 | 0 | 0 | 0 |" in text
+
+
+def test_a_window_found_before_its_fault_began_is_counted_as_found_by_chance():
+    n = 2000  # probation 300; the window of an event at 1000 is 900..1100
+    events = [(1000, 1000)]
+    assert detector_losses.found_before_onset(_alerts(n, 950, 1000), events) == 1  # its first detection came early
+    assert detector_losses.found_before_onset(_alerts(n, 1000, 1050), events) == 0  # at the onset: detected
+    assert detector_losses.found_before_onset(_alerts(n, 850, 1200), events) == 0  # not found at all
+    assert detector_losses.found_before_onset(_alerts(n, 100), [(200, 200)]) == 0  # in probation: not counted
+    two = [(1000, 1000), (1500, 1500)]  # windows of 100 each: 950..1050 and 1450..1550
+    assert detector_losses.found_before_onset(_alerts(n, 960, 1500, 1460), two) == 2
+    row = detector_losses.losses([_stream(n, events)], [_alerts(n, 950)])
+    assert (row["found"], row["found before onset"]) == (1, 1)
