@@ -6,11 +6,11 @@ detection (it costs ``A_TP·σ(−1) + A_FN`` against a perfect detector's first
 its first row (``A_TP·σ(−1)`` less what the detection earned), or a false alarm (its cost). This script replays the
 benchmark's tapes (``bench/detector_replay.py``: the same corpus, models and options) through each detector variant
 and splits its score that way (the three columns add up to ``100 −`` its NAB standard score; ``--by-kind`` adds a
-row per injected fault kind), and counts the found windows whose first detection came before the fault began (``found before onset``: a NAB window
-opens half its width before the onset, so a detector that alerts steadily finds some windows by chance; what is left
-is what it detected), then counts false alarms per 1,000 readings outside event windows in blocks of
-readings after probation: a detector whose statistics are still settling, or that judges a model on the data it was
-trained on, alerts more in the first blocks.
+row per injected fault kind) and counts the found windows whose first detection came before the fault began
+(``found before onset``: a NAB window opens half its width before the onset, so a detector that alerts steadily finds
+some windows by chance; the rest is what it detected), then counts false alarms per 1,000 readings outside event
+windows in blocks of readings after probation: a detector whose statistics are still settling, or that judges a
+model on the data it was trained on, alerts more in the first blocks.
 
     python bench/detector_losses.py --quick --per-stream --variants 'decay-0.003:record_decay=0.003'
 """
@@ -62,8 +62,9 @@ def losses(streams: list[Stream], alerts: list[np.ndarray]) -> dict[str, float]:
         false -= sum(cost for _, cost in parts.costs)
     # 100 / (perfect − null); streams without an event (a kind "none") have no scale: their false alarms are counted
     scale = 100.0 / (windows * (best + a_fn)) if windows else math.nan
-    return {"windows": windows, "found": found, "found before onset": early, "missed": misses, "false alarms": alarms,
-            "lost: missed": missed * scale, "lost: late": late * scale, "lost: false alarms": false * scale}  # fmt: skip
+    return {"windows": windows, "found": found, "found before onset": early, "missed": misses,
+            "false alarms": alarms, "lost: missed": missed * scale, "lost: late": late * scale,
+            "lost: false alarms": false * scale}  # fmt: skip
 
 
 def reaches_last_block(length: int, block: int) -> bool:
@@ -108,7 +109,8 @@ def main() -> None:
         dr.corpus_flags(args)
         + ["--block", str(args.block)] * (args.block != 250) + ["--by-kind"] * args.by_kind
         + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants))
-    keys = ["windows", "found", "found before onset", "missed", "false alarms", "lost: missed", "lost: late", "lost: false alarms"]
+    keys = ["windows", "found", "found before onset", "missed", "false alarms", "lost: missed", "lost: late",
+            "lost: false alarms"]
     heads = [f"{k * args.block}–{(k + 1) * args.block}" for k in range(BLOCKS - 1)] + [f"{(BLOCKS - 1) * args.block}+"]
     table = ["| detector | category | " + " | ".join(keys) + " |", "|---" * (len(keys) + 2) + "|"]
     blocks = ["| detector | " + " | ".join(heads) + " |", "|---" * (BLOCKS + 1) + "|"]
