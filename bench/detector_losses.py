@@ -24,22 +24,19 @@ import numpy as np
 
 import detector_replay as dr
 from trep_edge.training.evaluation.detection_corpus import Stream
-from trep_edge.training.evaluation.detection_metrics import PROFILES, nab_parts, nab_windows, probation, scaled_sigmoid
+from trep_edge.training.evaluation.detection_metrics import (PROFILES, NabParts, nab_parts, nab_windows, probation,
+                                                             scaled_sigmoid)
 
 BLOCKS = 8  # blocks of readings after probation in the false-alarm timeline
 
 
-def found_before_onset(detections: np.ndarray, events: list[tuple[int, int]]) -> int:
-    """How many of a stream's NAB windows were found by a detection before any of their events began: the fault
-    cannot have caused it, so the window was found by chance (its reward is real; the detection is not)."""
-    rows = np.flatnonzero(detections)
-    rows = rows[rows >= probation(len(detections))]  # as NAB counts them
-    early = 0
-    for start, end in nab_windows(len(detections), events):
-        inside = rows[(rows >= start) & (rows <= end)]
-        onset = min(onset for onset, _ in events if start <= onset <= end)
-        early += bool(len(inside)) and int(inside[0]) < onset
-    return early
+def found_before_onset(parts: NabParts, length: int, events: list[tuple[int, int]]) -> int:
+    """How many of a stream's NAB windows (``nab_parts``' ``parts`` of its ``length`` rows) were found by a detection
+    before any of their events began: the fault cannot have caused it, so the window was found by chance (its reward
+    is real; the detection is not)."""
+    windows = nab_windows(length, events)
+    return sum(row < min(onset for onset, _ in events if windows[k][0] <= onset <= windows[k][1])
+               for k, row in parts.detected)
 
 
 def losses(streams: list[Stream], alerts: list[np.ndarray]) -> dict[str, float]:
@@ -52,7 +49,7 @@ def losses(streams: list[Stream], alerts: list[np.ndarray]) -> dict[str, float]:
     found = misses = alarms = windows = early = 0
     for stream, detections in zip(streams, alerts):
         parts = nab_parts(detections, stream.events)
-        early += found_before_onset(detections, stream.events)
+        early += found_before_onset(parts, len(detections), stream.events)
         windows += parts.windows
         misses += parts.missed
         found += len(parts.rewards)

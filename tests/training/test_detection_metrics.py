@@ -41,6 +41,7 @@ def test_only_the_first_detection_in_a_window_counts():
     once = dm.nab_stream(alerts_at(460), [(500, 500)])
     many = dm.nab_stream(alerts_at(460, 470, 540), [(500, 500)])
     assert once.raw == many.raw == pytest.approx(float(dm.scaled_sigmoid(-(550 - 460) / 100)))
+    assert dm.nab_parts(alerts_at(460, 470, 540), [(500, 500)]).detected == [(0, 460)]  # the window, its first row
 
 
 def test_a_false_alarm_costs_a_fp_before_any_window_and_less_just_after_one():

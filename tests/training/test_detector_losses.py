@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trep_edge.training.evaluation.detection_corpus import Stream
-from trep_edge.training.evaluation.detection_metrics import nab_score
+from trep_edge.training.evaluation.detection_metrics import nab_parts, nab_score
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # the script imports its sibling, as it runs
 import detector_losses  # noqa: E402
@@ -82,14 +82,18 @@ def test_by_kind_gives_a_row_per_injected_fault_kind(monkeypatch, capsys, tmp_pa
     assert "| trep | kind: spike | 1 | 1 | 0 | 0 | 0 |" in text
 
 
+def _early(n: int, *rows: int, events: list[tuple[int, int]]) -> int:
+    return detector_losses.found_before_onset(nab_parts(_alerts(n, *rows), events), n, events)
+
+
 def test_a_window_found_before_its_fault_began_is_counted_as_found_by_chance():
     n = 2000  # probation 300; the window of an event at 1000 is 900..1100
     events = [(1000, 1000)]
-    assert detector_losses.found_before_onset(_alerts(n, 950, 1000), events) == 1  # its first detection came early
-    assert detector_losses.found_before_onset(_alerts(n, 1000, 1050), events) == 0  # at the onset: detected
-    assert detector_losses.found_before_onset(_alerts(n, 850, 1200), events) == 0  # not found at all
-    assert detector_losses.found_before_onset(_alerts(n, 100), [(200, 200)]) == 0  # in probation: not counted
+    assert _early(n, 950, 1000, events=events) == 1  # its first detection came early
+    assert _early(n, 1000, 1050, events=events) == 0  # at the onset: detected
+    assert _early(n, 850, 1200, events=events) == 0  # not found at all
+    assert _early(n, 100, events=[(200, 200)]) == 0  # in probation: not counted
     two = [(1000, 1000), (1500, 1500)]  # windows of 100 each: 950..1050 and 1450..1550
-    assert detector_losses.found_before_onset(_alerts(n, 960, 1500, 1460), two) == 2
+    assert _early(n, 960, 1500, 1460, events=two) == 2
     row = detector_losses.losses([_stream(n, events)], [_alerts(n, 950)])
     assert (row["found"], row["found before onset"]) == (1, 1)

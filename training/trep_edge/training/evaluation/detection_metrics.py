@@ -72,6 +72,7 @@ class NabParts:
     costs: list[tuple[int, float]]  # (row, its cost: ≤ 0)
     missed: int
     windows: int
+    detected: list[tuple[int, int]]  # per found window, as ``rewards``: (its index in ``nab_windows``, detecting row)
 
 
 def nab_parts(detections: np.ndarray, events: list[tuple[int, int]], profile: str = "standard") -> NabParts:
@@ -83,6 +84,7 @@ def nab_parts(detections: np.ndarray, events: list[tuple[int, int]], profile: st
     found = [False] * len(windows)
     rewards: list[float] = []
     costs: list[tuple[int, float]] = []
+    detected: list[tuple[int, int]] = []
     for i in np.flatnonzero(detections[probation(length) :]) + probation(length):
         inside = [k for k, (a, b) in enumerate(windows) if a <= i <= b]
         if inside:
@@ -90,6 +92,7 @@ def nab_parts(detections: np.ndarray, events: list[tuple[int, int]], profile: st
             if not found[k]:
                 a, b = windows[k]
                 found[k] = True
+                detected.append((k, int(i)))
                 rewards.append(a_tp * float(scaled_sigmoid(-(b - i) / max(b - a, 1))))
             continue
         before = [(a, b) for a, b in windows if b < i]
@@ -98,7 +101,7 @@ def nab_parts(detections: np.ndarray, events: list[tuple[int, int]], profile: st
             costs.append((int(i), a_fp * float(scaled_sigmoid((i - b) / max(b - a, 1)))))
         else:
             costs.append((int(i), -a_fp))
-    return NabParts(rewards, costs, found.count(False), len(windows))
+    return NabParts(rewards, costs, found.count(False), len(windows), detected)
 
 
 def nab_stream(detections: np.ndarray, events: list[tuple[int, int]], profile: str = "standard") -> NabCounts:
