@@ -1171,6 +1171,51 @@ def test_detector_state_round_trip_mid_stream_equals_an_uninterrupted_run(round_
     np.testing.assert_equal(got, expected)
 
 
+def test_past_its_models_training_rows_a_streams_model_statistics_count_for_in_sample_weight_readings():
+    config = DetectorConfig(memory=5, stride=2, exclusion=3, horizon=40, short=3, min_count=4, threshold=2.0,
+                            refractory=3, prior_weight=10, in_sample_weight=6)  # fmt: skip
+    prior = {"signals": ["distance", "novelty", "deviation"], "mean": [0.3, -0.5, 1.0], "var": [0.2, 0.4, 0.5],
+             "n": 500}  # fmt: skip
+    rng = np.random.default_rng(4)
+    n, rows_trained = 90, 50
+    # In-sample readings sit low on the model's signals; the model's first unseen ones higher.
+    distances = rng.lognormal(size=(n, 1)) * np.where(np.arange(n)[:, None] < rows_trained, 1.0, 2.5)
+    z = rng.normal(size=(n, 1, 4))
+    deviation = rng.lognormal(size=(n, 1, 2, 1))
+
+    def run(card_prior, cfg=config, upto=n, detector=None):
+        if detector is None:
+            detector = Detector(cfg, dims=4, card_prior=card_prior)
+            detector.add(streams=1, lanes=1)
+        out, counts = [], []
+        for t in range(int(detector.gate.steps_[0]), upto):  # a restored detector goes on from its clock
+            step = detector.step(rows(0), rows(0), rows(0), distances[t], z[t], deviation[t])
+            out.append((step.score, step.alert))
+            counts.append(detector.stats.count_[0].copy())
+        return detector, out, np.array(counts)
+
+    _, plain, plain_counts = run(prior)
+    trained = dict(prior, rows=rows_trained)
+    _, discounted, counts = run(trained)
+    # Identical on the training rows; at the first reading past them the model signals (distance, novelty) count
+    # for in_sample_weight values, then grow again by one a reading; deviation keeps its full count.
+    np.testing.assert_equal(discounted[:rows_trained], plain[:rows_trained])
+    assert (plain_counts[rows_trained - 1, :2] > 6).all()
+    np.testing.assert_equal(counts[rows_trained, :2], [7, 7])
+    np.testing.assert_equal(counts[rows_trained + 10, :2], [17, 17])
+    np.testing.assert_equal(counts[:, 2], plain_counts[:, 2])
+    assert any(a[0] != b[0] for a, b in zip(discounted[rows_trained:], plain[rows_trained:]))
+    # Off, or no rows on the card: the detector of before.
+    _, off, _ = run(trained, dataclasses.replace(config, in_sample_weight=0))
+    np.testing.assert_equal(off, plain)
+    # Saved before the training rows end and restored, the discount still comes at the same reading.
+    detector, first, _ = run(trained, upto=30)
+    restored = Detector(config, dims=4, card_prior=trained)
+    restored.load_state(npz_round_trip(detector.state_dict()))
+    _, rest, _ = run(trained, detector=restored)
+    np.testing.assert_equal(first + rest, discounted)
+
+
 def test_a_model_hand_over_keeps_gate_and_deviation_and_relearns_model_signals_as_replaying_them_would():
     config = DetectorConfig(memory=6, stride=2, exclusion=3, horizon=50, short=3, min_count=5, threshold=1.5,
                             refractory=4, protect=2, prior_weight=0)  # fmt: skip

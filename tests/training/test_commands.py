@@ -121,6 +121,8 @@ def test_odd_streams_train_on_their_first_15_percent_and_score_whole(name, value
     assert main(["export", str(ckpt), "--out", str(model), "--window", "32", "--graphs", "none"]) == 0
     assert main(["score", str(data), "--model", str(model), "--no-plot", "--out", str(out)]) == 0
     capsys.readouterr()
+    # The prior says where the training rows end, so the scored stream's statistics know when it leaves them.
+    assert load_engine(model, "cpu").card.detector_prior["rows"] == 150
     with out.open(newline="") as fh:
         table = list(csv.DictReader(fh))  # an alert's explanation is JSON, commas included
     assert len(table) == len(values)

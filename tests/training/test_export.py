@@ -148,6 +148,29 @@ def test_card_ranges_name_card_channels_with_finite_bounds(ranges, problem):
         card.validate()
 
 
+@pytest.mark.parametrize("rows", [-1, 2.5, "150", True])
+def test_card_detector_prior_rows_are_a_whole_number_of_training_rows(rows):
+    card = ModelCard("m", ["a"], {"mean": [0], "std": [1]}, 0, "relative", "time2vec", 10, 8, 1)
+    card.detector_prior = {"signals": ["distance"], "mean": [0.0], "var": [1.0], "n": 10, "rows": 150}
+    card.validate()
+    card.detector_prior["rows"] = rows
+    with pytest.raises(ModelCardError, match="detector_prior rows must be a whole number"):
+        card.validate()
+
+
+def test_the_prior_names_its_training_rows_only_for_one_series_trained_from_its_first_row():
+    from trep_edge.training.commands.export import _trained_rows
+
+    one, two = [np.zeros((150, 1))], [np.zeros((150, 1))] * 2
+    assert _trained_rows(one, {"rows": "0:150"}, False) == 150
+    assert _trained_rows(one, {"rows": None}, False) == 150
+    assert _trained_rows(one, {"rows": ":150"}, False) == 150
+    assert _trained_rows(one, {"rows": "50:200"}, False) == 0  # a stream scored from row 0 leaves them elsewhere
+    assert _trained_rows(one, {"rows": "0:150"}, True) == 0  # --calibration-data: the prior is not of them
+    assert _trained_rows(two, {"rows": None}, False) == 0  # several series (patients)
+    assert _trained_rows(None, {}, False) == 0  # --no-calibration
+
+
 @pytest.mark.parametrize("counts, problem", [([3.0, 1.0], "must list 1 finite numbers >= 0"),
                                              ([-1.0], "finite numbers >= 0"), ([float("nan")], "finite numbers"),
                                              ([True], "finite numbers"), ({"a": 1.0}, "must list 1")])  # fmt: skip

@@ -347,12 +347,15 @@ def export_encoder(
     max_calibration_steps: int = 4000,
     graph_names: list[str] | None = None,
     with_prior: bool = True,
+    trained_rows: int = 0,
 ) -> Engine:
     """Export, write the card, calibrate on normal series with the runtime's scoring, and reload the result.
 
     ``graph_names``: the extra graphs to embed (``build_graphs``; default all that apply). ``with_prior``: write the
     card's ``detector_prior`` from the calibration series (off for a general model, see ``training.commands``), at
-    most ``PRIOR_STEPS_PER_CALIBRATION_STEP · max_calibration_steps`` steps of them.
+    most ``PRIOR_STEPS_PER_CALIBRATION_STEP · max_calibration_steps`` steps of them. ``trained_rows`` > 0: the
+    calibration series is the one the model trained on, from its data's first row, and the prior says how many rows
+    that is (``rows``: ``detector.trained_rows``).
     """
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
@@ -370,6 +373,8 @@ def export_encoder(
                 # for, so that a small calibration is also a quick one (it runs the detector reading by reading).
                 budget = PRIOR_STEPS_PER_CALIBRATION_STEP * max_calibration_steps
                 card.detector_prior = detector_prior(staged_engine, calibration_series, max_steps=budget)
+                if trained_rows > 0:
+                    card.detector_prior["rows"] = int(trained_rows)
             write_card(staged, card)
         # The card first: a daemon watching the model file reloads when the model lands and reads its card then.
         copy_atomically(sidecar_path(staged), sidecar_path(out))

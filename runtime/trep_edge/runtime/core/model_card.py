@@ -182,7 +182,8 @@ class ModelCard:
 
 
 def _prior_problems(prior: object) -> list[str]:
-    """What is wrong with a card's ``detector_prior``: lists ``signals``, ``mean``, ``var`` of one length, and ``n``."""
+    """What is wrong with a card's ``detector_prior``: lists ``signals``, ``mean``, ``var`` of one length, and ``n``;
+    ``rows``, if given, a whole number >= 0."""
     if not prior:
         return []
     keys = ("signals", "mean", "var")
@@ -190,6 +191,9 @@ def _prior_problems(prior: object) -> list[str]:
         return ["detector_prior must hold the lists signals, mean and var, and n"]
     if len({len(prior[k]) for k in keys}) != 1 or any(v < 0 for v in prior["var"]):
         return ["detector_prior signals, mean and var must have one length, and var must be >= 0"]
+    rows = prior.get("rows", 0)
+    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+        return [f"detector_prior rows must be a whole number of training rows >= 0 (0: unknown), got {rows!r}"]
     return []
 
 

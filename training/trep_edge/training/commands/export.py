@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         # A general model's calibration data pools many kinds of signal, so a prior drawn from it describes no stream
         # in particular: each stream learning its own signal statistics from its first readings scored higher on
         # the detection benchmark (docs/detection.md), and such streams are long enough to afford that warm-up.
-        engine = export_encoder(encoder, card, out, series, args.calibration_steps, names, with_prior=not general)
+        engine = export_encoder(encoder, card, out, series, args.calibration_steps, names, with_prior=not general,
+                                trained_rows=_trained_rows(series, spec, bool(args.calibration_data)))
         summary = {"model": str(out), "card": str(out.with_suffix("")) + ".card.json", "sha256": engine.sha256,
                    "calibration": None if engine.card.calibration is None else engine.card.calibration.to_dict(),
                    "bytes": out.stat().st_size}
@@ -155,6 +156,17 @@ def _channel_codes(path: str | None) -> dict:
     if not isinstance(codes, dict):
         raise ValueError(f"--channel-codes {path} must hold a JSON object channel -> {{system, code, display, unit}}")
     return codes
+
+
+def _trained_rows(series: list[np.ndarray] | None, spec: dict, other_data: bool) -> int:
+    """The rows of the one series the model trained on, when the card's prior is drawn from it and it starts at its
+    data's first row (``--rows`` absent or ``0:…``): a stream scored from that row leaves the training data after
+    them (``detector.trained_rows``); else 0. Several series (patients) or other calibration data say nothing of
+    where a scored stream's training rows end."""
+    rows = str(spec.get("rows") or "")
+    if other_data or not series or len(series) != 1 or rows.split(":")[0] not in ("", "0"):
+        return 0
+    return len(series[0])
 
 
 def _trim_padding(series: np.ndarray) -> np.ndarray:
