@@ -86,9 +86,8 @@ def run(args: argparse.Namespace) -> int:
     card.channel_codes = _channel_codes(getattr(args, "channel_codes", None))
     if card.channel_codes:
         card.validate(f"the card with --channel-codes {args.channel_codes}")  # refused now, not after calibration
-    series = None
+    series, spec = None, dict(trainer.meta.get("data_spec") or {})
     if not args.no_calibration:
-        spec = dict(trainer.meta.get("data_spec") or {})
         if args.calibration_data:
             spec.update(data=args.calibration_data, rows=args.calibration_rows, max_series=None)
         if not spec.get("data"):
