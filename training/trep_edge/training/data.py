@@ -69,14 +69,19 @@ def adf_order(x: np.ndarray, max_order: int = 2, p_value: float = 0.05) -> int:
     return max_order
 
 
-def _rows(values: np.ndarray, rows: str | None) -> np.ndarray:
+def row_range(rows: str | None) -> tuple[int | None, int | None]:
+    """``--rows START:END`` as the slice bounds it names (None: open on that side; ``(None, None)`` without it)."""
     if not rows:
-        return values
+        return None, None
     try:
         lo_s, hi_s = rows.split(":")
-        lo, hi = (int(lo_s) if lo_s else None), (int(hi_s) if hi_s else None)
+        return (int(lo_s) if lo_s else None), (int(hi_s) if hi_s else None)
     except ValueError as exc:
         raise ValueError(f"--rows {rows!r} is not START:END (e.g. 0:8640)") from exc
+
+
+def _rows(values: np.ndarray, rows: str | None) -> np.ndarray:
+    lo, hi = row_range(rows)
     return values[..., lo:hi, :]
 
 

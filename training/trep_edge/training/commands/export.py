@@ -162,8 +162,9 @@ def _trained_rows(series: list[np.ndarray] | None, spec: dict, other_data: bool)
     data's first row (``--rows`` absent or ``0:…``): a stream scored from that row leaves the training data after
     them (``detector.trained_rows``); else 0. Several series (patients) or other calibration data say nothing of
     where a scored stream's training rows end."""
-    rows = str(spec.get("rows") or "")
-    if other_data or not series or len(series) != 1 or rows.split(":")[0] not in ("", "0"):
+    from trep_edge.training.data import row_range
+
+    if other_data or not series or len(series) != 1 or row_range(spec.get("rows"))[0] not in (None, 0):
         return 0
     return len(series[0])
 
