@@ -33,7 +33,7 @@ import json
 import shlex
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 from unittest import mock
@@ -46,7 +46,7 @@ from trep_edge.runtime.core.engine import Engine, load_engine
 from trep_edge.runtime.core.monitor import Monitor
 from trep_edge.runtime.core.offline import detect_recording
 from trep_edge.training.evaluation import detection
-from trep_edge.training.evaluation.detection import Output, markdown, summarise_groups
+from trep_edge.training.evaluation.detection import Output, markdown, summarise_groups, vs_committed
 from trep_edge.training.evaluation.detection_corpus import Stream, corpus
 from trep_edge.training.evaluation.detection_metrics import nab_windows
 
@@ -256,6 +256,7 @@ class Bench:
     groups: list[list[int]]
     started: float
     count_from: float = 0.0  # a stream-set script's ``--count-from`` (``uncounted_before``)
+    scored: dict[str, list[Output]] = field(default_factory=dict)  # each row's outputs as counted (``paired``)
 
     @classmethod
     def load(cls, args: argparse.Namespace, streams: list[Stream] | None = None) -> Bench:
@@ -356,12 +357,14 @@ class Bench:
     def score(self, results: dict, name: str, outputs: list[Output], began: float) -> None:
         """Add one row of outputs to ``results`` (counted from ``count_from``) and print its headline."""
         outputs = self.uncounted_before(outputs)
+        self.scored[name] = outputs
         categories = self.categories
         results["seconds"][name] = time.perf_counter() - began
         groups = {"overall": categories} | {c: [c] for c in categories}
         results["rows"][name] = summarise_groups(outputs, self.streams, groups)
         row = results["rows"][name]["overall"]
-        print(json.dumps({name: {k: round(float(row[k]), 3) for k in ("nab_standard", "nab_tuned", "f1", "fa_per_1k")}}
+        print(json.dumps({name: {k: round(float(row[k]), 3) for k in ("nab_standard", "nab_tuned", "f1", "fa_per_1k")}
+                                | {"nab_interval": row["nab_interval"]}}
                          | {c: round(float(results["rows"][name][c]["nab_standard"]), 1) for c in categories}),
               flush=True)  # fmt: skip
 
@@ -377,8 +380,21 @@ class Bench:
             began = time.perf_counter()
             self.score(results, name, self.run(config), began)
 
+    def paired(self, results: dict) -> None:
+        """Give every other row the 90 % interval of its overall score less the committed detector's (``trep``) over
+        the same bootstrap draws of the streams (``detection_metrics.nab_interval``), and print it."""
+        if "trep" not in self.scored:
+            return
+        for name, outputs in self.scored.items():
+            if name != "trep":
+                paired = vs_committed(outputs, self.scored["trep"], self.streams)
+                results["rows"][name]["overall"]["vs_trep"] = paired
+                print(json.dumps({name: {"nab_standard_minus_trep_90": paired}}), flush=True)
+
     def finish(self, results: dict, out: str | None) -> None:
-        """Stamp the wall time and write the tables to ``out`` (if given)."""
+        """Pair every row with the committed one (``paired``), stamp the wall time and write the tables to ``out`` (if
+        given)."""
+        self.paired(results)
         results["wall_seconds"] = time.perf_counter() - self.started
         print(f"{results['wall_seconds']:.0f} s in all")
         if out:

@@ -99,3 +99,28 @@ def test_ucr_top1_is_the_argmax_of_the_test_part_within_a_hundred_rows():
     assert dm.ucr_top1(score, test_start=200, segment=(500, 540))
     assert not dm.ucr_top1(score, test_start=200, segment=(800, 820))
     assert not dm.ucr_top1(np.full(T, np.nan), test_start=200, segment=(500, 540))
+
+
+def test_nab_interval_bootstraps_the_streams_and_pairs_two_detectors_on_the_same_draws():
+    events = [[(500, 500)]] * 8
+    found, silent = alerts_at(450), alerts_at()  # a detection at a window's start: 100 on its own; never alerting: 0
+    # Every stream alike: every draw gives the corpus's own score.
+    assert dm.nab_interval([found] * 8, events) == pytest.approx((100.0, 100.0))
+    # Half the streams found: draws range from none found to all found, around the corpus's 50.
+    mixed = [found, silent] * 4
+    low, high = dm.nab_interval(mixed, events, draws=4000)
+    assert dm.nab_score(mixed, events) == pytest.approx(50.0)
+    assert 0.0 <= low < 50.0 < high <= 100.0
+    # Paired: a detector against itself moves by exactly 0 on every draw; one that finds every window beats the mixed
+    # one on every draw that holds a silent stream (all but 1 in 256), and never loses.
+    assert dm.nab_interval(mixed, events, baseline=mixed) == (0.0, 0.0)
+    low, high = dm.nab_interval([found] * 8, events, baseline=mixed)
+    assert 0.0 < low <= high <= 100.0
+    # A false alarm on a fault-free stream costs on every draw that holds it, so the interval lies below the score.
+    quiet_events = [[(500, 500)], []]
+    low, high = dm.nab_interval([found, alerts_at(900)], quiet_events, draws=4000)
+    assert low < 100.0 and high == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="level"):
+        dm.nab_interval(mixed, events, level=1.0)
+    with pytest.raises(ValueError, match="baseline has 1 streams"):
+        dm.nab_interval(mixed, events, baseline=[found])

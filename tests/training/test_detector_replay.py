@@ -13,6 +13,7 @@ import pytest
 from trep_edge.runtime.core.detector import DetectorConfig
 from trep_edge.runtime.core.engine import load_engine
 from trep_edge.runtime.core.offline import detect_recording
+from trep_edge.training.evaluation import detection_metrics as dm
 from trep_edge.training.evaluation.detection_corpus import Stream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,3 +153,22 @@ def test_rows_before_count_from_are_uncounted_but_never_a_labelled_window():
     assert alerts.sum() == 4 and not np.isnan(score).any()  # the outputs given are left as they were
     bench.count_from = 0.0
     assert bench.uncounted_before([(score, alerts)])[0][1] is alerts
+
+
+def test_every_row_is_paired_with_the_committed_one_on_the_same_stream_draws():
+    rows = 1000
+    streams = [Stream(f"s{k}", "long", ["c0"], np.zeros((rows, 1)), [(500, 500)]) for k in range(8)]
+    bench = replay_bench.Bench(streams, [], [], [], [], [], 0.0)
+    score, silent, found = np.zeros(rows), np.zeros(rows, dtype=bool), np.zeros(rows, dtype=bool)
+    found[450] = True  # the start of each stream's window
+    results = {"rows": {}, "seconds": {}}
+    bench.score(results, "peer", [(score, silent)] * 8, 0.0)  # scored before the committed row, paired all the same
+    bench.score(results, "trep", [(score, found), (score, silent)] * 4, 0.0)
+    bench.score(results, "same", [(score, found), (score, silent)] * 4, 0.0)
+    bench.paired(results)
+    assert "vs_trep" not in results["rows"]["trep"]["overall"]
+    assert results["rows"]["same"]["overall"]["vs_trep"] == "+0.0 to +0.0"
+    low, high = (float(v) for v in results["rows"]["peer"]["overall"]["vs_trep"].split(" to "))
+    assert -100.0 <= low <= high < 0.0  # never alerting loses on every draw that holds a found window
+    assert results["rows"]["trep"]["overall"]["nab_interval"] == "{:.1f}–{:.1f}".format(
+        *dm.nab_interval([a for _, a in bench.scored["trep"]], [s.events for s in streams]))

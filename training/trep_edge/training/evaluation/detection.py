@@ -145,11 +145,12 @@ class Detections:
         return out
 
 
-def summarise(outputs: list[Output], streams: list[Stream]) -> dict[str, float]:
+def summarise(outputs: list[Output], streams: list[Stream]) -> dict[str, float | str]:
     """Every metric of one detector over a set of streams."""
     scores, alerts = [o[0] for o in outputs], [o[1] for o in outputs]
     events = [s.events for s in streams]
     row = {f"nab_{p}": dm.nab_score(alerts, events, p) for p in dm.PROFILES}
+    row["nab_interval"] = "{:.1f}–{:.1f}".format(*dm.nab_interval(alerts, events))
     row["nab_tuned"], row["tuned_threshold"] = dm.tuned_nab(scores, events)
     row.update({k: v for k, v in dm.event_f1(alerts, events).items()})
     row["fa_per_1k"] = dm.false_alarms_per_1000(alerts, events)
@@ -164,9 +165,18 @@ def summarise(outputs: list[Output], streams: list[Stream]) -> dict[str, float]:
     return row
 
 
+def vs_committed(outputs: list[Output | None], committed: list[Output | None], streams: list[Stream]) -> str:
+    """The 90 % interval of a detector's NAB score less the committed detector's, over the same bootstrap draws of the
+    streams both have an output for (``detection_metrics.nab_interval``), as ``"+a to +b"``."""
+    pick = [k for k, (o, c) in enumerate(zip(outputs, committed)) if o is not None and c is not None]
+    low, high = dm.nab_interval([outputs[k][1] for k in pick], [streams[k].events for k in pick],
+                                baseline=[committed[k][1] for k in pick])  # fmt: skip
+    return f"{low:+.1f} to {high:+.1f}"
+
+
 def summarise_groups(
     outputs: list[Output | None], streams: list[Stream], groups: dict[str, list[str]]
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, float | str]]:
     """``summarise`` over each group of categories whose streams all have an output (None: the detector skipped it)."""
     rows = {}
     for group, cats in groups.items():
@@ -227,6 +237,7 @@ def run(args: argparse.Namespace) -> dict:
     # Every detector also gets a row over each partial scope's categories, so a partial row has peers to stand by.
     groups = {"overall": categories} | {"+".join(c): [x for x in categories if x in c] for c in set(scope.values())}
     groups |= {cat: [cat] for cat in categories}
+    committed = None
     for name, fn in detectors.items():
         began = time.perf_counter()
         covered = scope.get(name, categories)
@@ -234,6 +245,10 @@ def run(args: argparse.Namespace) -> dict:
         results["seconds"][name] = time.perf_counter() - began
         results["rows"][name] = rows = summarise_groups(outputs, streams, groups)
         shown = "overall" if name not in scope else "+".join(scope[name])
+        if name == "trep":  # the first detector: every later row is paired with it on the streams it covers
+            committed = outputs
+        elif committed is not None and shown in rows:
+            rows[shown]["vs_trep"] = vs_committed(outputs, committed, streams)
         print(json.dumps({name: rows.get(shown)}, default=float), flush=True)
     for family, (models, _) in per_stream.items():
         results["per_stream" if family == "trep:per-stream" else "fine_tuned"] = models.info
@@ -263,8 +278,12 @@ def _trep_per_stream(stream: Stream, config: DetectorConfig, models, detections:
 
 
 def markdown(results: dict) -> str:
-    """One table per category and overall: a row per detector."""
-    cols = [("nab_standard", "NAB std"), ("nab_reward_low_FP", "low FP"), ("nab_reward_low_FN", "low FN"),
+    """One table per category and overall: a row per detector. Beside NAB std, the 90 % interval of the score over
+    bootstrap draws of the section's streams (``detection_metrics.nab_interval``), and where a script adds it
+    (``vs_trep``), of the row's score less the committed detector's on the same draws: a change whose interval holds 0
+    is within what the choice of streams alone moves."""
+    cols = [("nab_standard", "NAB std"), ("nab_interval", "90 % of stream draws"), ("vs_trep", "− trep, 90 %"),
+            ("nab_reward_low_FP", "low FP"), ("nab_reward_low_FN", "low FN"),
             ("nab_tuned", "NAB std tuned"), ("f1", "event F1"), ("mean_delay", "delay"), ("fa_per_1k", "FA/1k"),
             ("pa_f1_7", "PA-F1@7"), ("ucr_top1", "UCR top-1"), ("probation_alerts", "probation alerts")]  # fmt: skip
     lines = [f"Command: `{results['command']}` — wall time {results['wall_seconds']:.0f} s; streams "

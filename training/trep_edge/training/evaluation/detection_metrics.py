@@ -9,6 +9,9 @@
   window precedes it). Rows of the probationary period (the first 15 %, at most 750) never count. Over a corpus
   the raw totals are normalised as ``100 · (raw − null) / (perfect − null)``: never alerting scores 0, a detection
   at the start of every window and nothing else 100.
+- ``nab_interval``: how far a corpus's NAB score rests on which streams it holds: a bootstrap over its streams (drawn
+  with replacement, the normalisation taken on each draw), of the score or, paired, of one detector's score less
+  another's on the same draws (Efron & Tibshirani 1993, the percentile interval).
 - ``event_f1``: an event is found when a detection falls inside its window; precision counts each detection
   outside every window as a false alarm; the mean delay is rows from the onset to the first detection.
 - ``ucr_top1``: the UCR anomaly archive's rule: the argmax of the score over the test part lies within ±100 rows of
@@ -119,6 +122,38 @@ def nab_score(
     counts = [nab_stream(d, e, profile) for d, e in zip(detections, events)]
     raw, null, perfect = (sum(getattr(c, k) for c in counts) for k in ("raw", "null", "perfect"))
     return 100.0 * (raw - null) / (perfect - null) if perfect > null else 0.0
+
+
+def nab_interval(
+    detections: list[np.ndarray], events: list[list[tuple[int, int]]], baseline: list[np.ndarray] | None = None,
+    profile: str = "standard", level: float = 0.9, draws: int = 2000, seed: int = 0,
+) -> tuple[float, float]:
+    """The ``level`` percentile interval of ``nab_score`` over ``draws`` bootstrap draws of the corpus's streams; with
+    ``baseline`` (another detector's detections of the same streams), of ``nab_score`` less the baseline's on the
+    same draws. A change whose paired interval holds 0 is within what the choice of streams alone moves."""
+    if not 0 < level < 1 or draws < 1:
+        raise ValueError(f"nab_interval needs 0 < level < 1 and draws >= 1, got level {level}, draws {draws}")
+    if baseline is not None and len(baseline) != len(detections):
+        raise ValueError(f"baseline has {len(baseline)} streams, detections {len(detections)}")
+    if not detections:
+        return 0.0, 0.0
+
+    def totals(dets: list[np.ndarray]) -> np.ndarray:
+        counts = [nab_stream(d, e, profile) for d, e in zip(dets, events)]
+        return np.array([[c.raw, c.null, c.perfect] for c in counts])  # [streams, 3]
+
+    picks = np.random.default_rng(seed).integers(0, len(detections), size=(draws, len(detections)))
+
+    def scores(per_stream: np.ndarray) -> np.ndarray:
+        raw, null, perfect = per_stream[picks].sum(axis=1).T
+        span = perfect - null
+        return np.where(span > 0, 100.0 * (raw - null) / np.where(span > 0, span, 1.0), 0.0)
+
+    values = scores(totals(detections))
+    if baseline is not None:
+        values = values - scores(totals(baseline))
+    low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
 
 
 def tuned_nab(
