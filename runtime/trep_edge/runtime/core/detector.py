@@ -346,11 +346,11 @@ class DetectorConfig:
             sets within 0.2; 150 gained as much on the long streams (and 42.5 → 46.1 with models trained on their
             first 15 %) but lost 2.7 on the working weeks and 3.1 on the short streams (docs/detection.md, the
             in-sample-weight round). On the long streams' models trained anew the next round it changed neither the
-            score nor the events found and false alarms (41.9 with and without it): on 15 streams one window moves the score by about 4, and the 90 % interval of
-            that score over draws of the streams spans 35 points (docs/detection.md, the stream-draw round). A stream
-            that does not start with the training rows (a live feed) has that
-            reading discounted all the same: the detector cannot tell the two apart, and a discount only makes the
-            statistics follow the stream's latest readings sooner.
+            score nor the events found and false alarms (41.9 with and without it): on 15 streams one window moves
+            the score by about 4, and the 90 % interval of that score over draws of the streams spans 35 points
+            (docs/detection.md, the stream-draw round). A stream that does not start with the training rows (a live
+            feed) has that reading discounted all the same: the detector cannot tell the two apart, and a discount
+            only makes the statistics follow the stream's latest readings sooner.
         stop: readings every channel of a lane must hold one value for the lane to count as stopped (a machine at a
             standstill, or a frozen sensor), once each has shown that it moves by nature; 0 = never, else at least
             ``STUCK_MIN_RUN``. A stopped lane is not judged or learned (its restart's step included), nor for as

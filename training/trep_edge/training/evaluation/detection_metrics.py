@@ -115,13 +115,25 @@ def nab_stream(detections: np.ndarray, events: list[tuple[int, int]], profile: s
     return NabCounts(raw, -a_fn * parts.windows, a_tp * float(scaled_sigmoid(-1.0)) * parts.windows)
 
 
+def _stream_totals(detections: list[np.ndarray], events: list[list[tuple[int, int]]], profile: str) -> np.ndarray:
+    """Each stream's ``nab_stream`` raw, null and perfect totals ``[streams, 3]``."""
+    counts = [nab_stream(d, e, profile) for d, e in zip(detections, events)]
+    return np.array([[c.raw, c.null, c.perfect] for c in counts], dtype=np.float64).reshape(-1, 3)
+
+
+def _normalised(totals: np.ndarray) -> np.ndarray:
+    """Corpus totals ``[..., 3]`` (raw, null, perfect) as NAB scores: 0 = never alerting, 100 = perfect (0 when no
+    window gives the corpus a perfect score above the null one)."""
+    raw, null, perfect = np.moveaxis(totals, -1, 0)
+    span = perfect - null
+    return np.where(span > 0, 100.0 * (raw - null) / np.where(span > 0, span, 1.0), 0.0)
+
+
 def nab_score(
     detections: list[np.ndarray], events: list[list[tuple[int, int]]], profile: str = "standard"
 ) -> float:
     """The normalised NAB score (0 = never alerting, 100 = perfect) of a corpus of streams."""
-    counts = [nab_stream(d, e, profile) for d, e in zip(detections, events)]
-    raw, null, perfect = (sum(getattr(c, k) for c in counts) for k in ("raw", "null", "perfect"))
-    return 100.0 * (raw - null) / (perfect - null) if perfect > null else 0.0
+    return float(_normalised(_stream_totals(detections, events, profile).sum(axis=0)))
 
 
 def nab_interval(
@@ -137,21 +149,10 @@ def nab_interval(
         raise ValueError(f"baseline has {len(baseline)} streams, detections {len(detections)}")
     if not detections:
         return 0.0, 0.0
-
-    def totals(dets: list[np.ndarray]) -> np.ndarray:
-        counts = [nab_stream(d, e, profile) for d, e in zip(dets, events)]
-        return np.array([[c.raw, c.null, c.perfect] for c in counts])  # [streams, 3]
-
     picks = np.random.default_rng(seed).integers(0, len(detections), size=(draws, len(detections)))
-
-    def scores(per_stream: np.ndarray) -> np.ndarray:
-        raw, null, perfect = per_stream[picks].sum(axis=1).T
-        span = perfect - null
-        return np.where(span > 0, 100.0 * (raw - null) / np.where(span > 0, span, 1.0), 0.0)
-
-    values = scores(totals(detections))
+    values = _normalised(_stream_totals(detections, events, profile)[picks].sum(axis=1))  # [draws]
     if baseline is not None:
-        values = values - scores(totals(baseline))
+        values = values - _normalised(_stream_totals(baseline, events, profile)[picks].sum(axis=1))
     low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
     return float(low), float(high)
 
