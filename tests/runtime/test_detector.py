@@ -1379,3 +1379,51 @@ def test_a_noisy_channel_frozen_then_resuming_is_not_at_rest():
     rest, plain = _still_levels(REST, x), _still_levels(REST.with_overrides("rest_ratio=0"), x)
     np.testing.assert_array_equal(rest, plain)
     assert plain[1800] > 100  # the first reading after the freeze reads far out of the still window
+
+
+# a gap the windows restart after (Detector.resume)
+
+
+def test_a_resumed_gate_runs_on_as_over_missing_steps_and_warms_up_again():
+    def gate():
+        return AlertGate(threshold=1.0, min_count=3, refractory=50, protect=10, record_decay=0.01, peaks=2,
+                         peak_decay=0.005, budget=1.0, budget_span=100, budget_cost=1.0, schedule=2, quiet=0.5,
+                         quiet_after=2, n_streams=1)  # fmt: skip
+
+    over, resumed = gate(), gate()
+    for score in [0.5, 0.2, 3.0, 0.1, 0.7, 6.0, 6.5]:  # ends inside a run at or above the threshold
+        for g in (over, resumed):
+            g.decide(rows(0), np.array([score]))
+    for _ in range(40):
+        over.decide(rows(0), np.array([np.nan]))  # the gap's missing steps, as a filled gap brings them
+    resumed.resume(rows(0), rows(40))
+    for name in ("record_", "peaks_", "spent_", "since_", "steps_", "times_", "last_", "best_", "run_", "hot_",
+                 "alerted_"):
+        np.testing.assert_allclose(getattr(resumed, name), getattr(over, name), rtol=1e-12, err_msg=name)
+    assert np.isfinite(resumed.peaks_).all()  # the run going on when the gap began ended there and is remembered
+    assert over.scored_.tolist() == [7] and resumed.scored_.tolist() == [0]  # only the warm-up starts again
+    assert [bool(resumed.decide(rows(0), np.array([0.1]))[1][0]) for _ in range(4)] == [True, True, False, False]
+
+
+def test_a_resumed_lane_keeps_what_it_learnt_of_the_sensor_and_starts_again_what_it_read_off_the_model():
+    config = DetectorConfig(min_count=20, min_warmup=1, prior_weight=0, memory=8, stride=1, exclusion=1)
+    rng = np.random.default_rng(5)
+    detector = Detector(config, dims=2)
+    detector.add(streams=2, lanes=2)
+    for t in range(60):
+        parts = rng.normal(1.0, 0.2, (2, 2, 1))
+        parts[1] = np.nan if t < 50 else parts[1]  # lane 1's window gives a deviation only for its last 10 readings
+        detector.step(rows(0, 1), rows(0, 1), rows(0, 1), rng.lognormal(size=2), rng.normal(size=(2, 2)), parts,
+                      np.zeros((2, 1)))  # fmt: skip
+    deviation = config.signals.index("deviation")
+    before = {name: getattr(detector.stats, name).copy() for name in ("count_", "mean_", "var_")}
+    assert before["count_"][:, deviation].tolist() == [60, 10] and (detector.memory.written_ > 0).all()
+    detector.resume(rows(0, 1), rows(0, 1), rows(0, 1), rows(5, 500))
+    for name, value in before.items():  # lane 0's deviation statistics are kept
+        np.testing.assert_array_equal(getattr(detector.stats, name)[0, deviation], value[0, deviation])
+    model = [k for k, s in enumerate(config.signals) if s != "deviation"]
+    assert (detector.stats.count_[0, model] == 0).all()  # the model signals' start again (no prior here)
+    assert (detector.stats.count_[1] == 0).all()  # and lane 1's deviation, from 10 values, too
+    assert (detector.memory.written_ == 0).all() and (detector.stats.judged_ == 0).all()
+    assert np.isnan(detector.stats.recent_).all()
+    assert detector.gate.steps_.tolist() == [65, 560] and detector.gate.scored_.tolist() == [0, 0]

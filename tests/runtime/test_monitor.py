@@ -280,7 +280,7 @@ def test_a_disconnected_sensor_is_reported_once_its_readings_never_scored_and_it
     assert events == [("a", "", "disconnected", "raised", 10), ("a", "", "disconnected", "cleared", 40)]
     assert scored == [*range(10), 40, 41]  # the disconnected steps are a gap: not readings, never scored
     assert monitor.counters["disconnected_readings"] == 31 and monitor.silent(139.5, after=1.0) == []  # alive
-    assert monitor.streams == {"a": "warming"}  # back from a disconnection, the stream starts afresh
+    assert monitor.streams == {"a": "warming"}  # back from a disconnection, the stream warms up again
 
 
 def test_duplicates_are_accepted_and_counted_late_readings_refused_unknown_channels_dropped(univariate_engine):
@@ -297,8 +297,9 @@ def test_duplicates_are_accepted_and_counted_late_readings_refused_unknown_chann
     assert counters["readings_accepted"] == 3
 
 
-def test_a_short_gap_is_missing_steps_and_a_long_gap_restarts_warm_up(univariate_engine):
-    monitor = Monitor(univariate_engine, WindowConfig(max_gap=5, jump_confirm=1), detector=cold(3))
+@pytest.mark.parametrize("resume", [True, False])
+def test_a_short_gap_is_missing_steps_and_a_long_gap_restarts_warm_up(univariate_engine, resume):
+    monitor = Monitor(univariate_engine, WindowConfig(max_gap=5, jump_confirm=1), detector=cold(3, resume=resume))
     scored, alerts = run(monitor, faulty("a", range(10), faults=[9]))
     assert [a.state for a in alerts] == ["raised"] and alerts[0].alert_id == "a-1"
     scored, _ = run(monitor, [value("a", 13, 0.1)])  # 3 missing steps: filled, not scored
@@ -308,9 +309,39 @@ def test_a_short_gap_is_missing_steps_and_a_long_gap_restarts_warm_up(univariate
     gate = monitor._detector.gate
     assert gate.steps_.tolist() == [14] and gate.scored_[0] < 14
     scored, alerts = run(monitor, faulty("a", range(30, 36)))  # 16 missing: reset
-    assert [s.warming for s in scored] == [True] * 4 + [False] * 2  # 2 without a score, 2 scored, then active
+    # The model signals start again: 2 readings without a score, 2 scored, then active.
+    assert [s.warming for s in scored] == [True] * 4 + [False] * 2
+    # Resumed, the gate's clock ran on over the gap (its schedule stays in step); afresh, it started again.
+    assert gate.steps_.tolist() == ([14 + 16 + 6] if resume else [6])
     assert monitor.counters["resets"] == 1
     assert alerts == [] and monitor.streams == {"a": "active"}  # the episode raised before the reset is still open
+
+
+def test_a_stream_back_from_an_outage_keeps_its_cycle_and_a_restore_just_after_scores_as_an_uninterrupted_run(
+    univariate_engine,
+):
+    # A cycle of 24 found in the first 100 readings, then an outage of 60 steps (past max_gap: the windows restart).
+    config = cold(10, seasonal_after=100)
+    times = [*range(200), *range(260, 330)]
+    readings = [value("a", t, 5 * np.sin(2 * np.pi * t / 24) + 0.1 * np.cos(7 * t)) for t in times]
+    runs = {}
+    for resume in (True, False):
+        monitor = Monitor(univariate_engine, detector=dataclasses.replace(config, resume=resume))
+        runs[resume] = run(monitor, readings)[0]
+        assert monitor.counters["resets"] == 1
+        seasons = monitor._detector.seasons
+        # Resumed, the lane keeps its cycle and its ring's clock ran on over the gap; afresh, 70 readings are too few
+        # to find it again.
+        if resume:
+            assert seasons.period_[0, 0] == 24 and seasons.seen_[0] == 330
+        else:
+            assert seasons.period_[0, 0] == 0 and seasons.seen_[0] < 100
+    restored = Monitor(univariate_engine, detector=config)
+    first = run(restored, readings[:205])[0]  # 5 readings after the outage
+    restored = Monitor.from_state(univariate_engine, npz_round_trip(restored.state_dict()), detector=config)
+    second = run(restored, readings[205:])[0]
+    np.testing.assert_equal([dataclasses.asdict(s) for s in first + second],
+                            [dataclasses.asdict(s) for s in runs[True]])  # fmt: skip
 
 
 def xy(t, y=True, fault=0.0):

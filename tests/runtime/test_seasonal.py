@@ -554,3 +554,36 @@ def test_a_schedule_kept_exactly_reads_a_small_slip_on_a_share_of_its_spread_not
     assert detector.seasons.scheduled_[0, 0]
     # A slip of 1 on a spread of 5: at most 1 / (0.02 · 5) = 10 scales; a still window's scale read it as 1,000.
     assert 1.0 < np.nanmax([d for _, _, d in out[150:]]) < 10.5
+
+
+# a gap the windows restart after (Detector.resume)
+
+
+def _copy(record: SeasonalRecord) -> SeasonalRecord:
+    return SeasonalRecord.from_state(record.state_dict())
+
+
+@pytest.mark.parametrize("week", [0, 3])
+def test_skipping_a_gap_is_pushing_its_missing_readings_and_a_gap_over_a_search_starts_the_lane_afresh(week):
+    # Lanes 0 and 1 have wrapped their ring (every search done); lane 2 is inside its first ``after`` readings.
+    record = SeasonalRecord(channels=1, span=32, after=100, fit=0.2, cycles=2, week=week, week_fit=0.3 * bool(week),
+                            n_streams=3)  # fmt: skip
+    x = _pulses(2 * record.size + 7)
+    for t, value in enumerate(x):
+        record.push(np.arange(2) if t >= 50 else np.arange(3), np.full((2 if t >= 50 else 3, 1), value))
+    pushed, skipped = _copy(record), _copy(record)
+    gaps = np.array([37, record.size + 5])  # a short gap, and one longer than the ring
+    for t in range(int(gaps.max())):
+        due = np.flatnonzero(gaps > t)
+        pushed.push(due, np.full((len(due), 1), np.nan))
+    skipped.skip(np.arange(2), gaps)
+    np.testing.assert_array_equal(skipped.seen_, pushed.seen_)
+    np.testing.assert_array_equal(skipped.ring_, pushed.ring_)  # NaN where the gap is, the rest where it was
+    assert record.period_[0, 0] == PERIOD and (skipped.period_[:2] == PERIOD).all()
+    # Lane 2's gap covers its 100th reading, where its cycle would have been found: it starts afresh.
+    young = _copy(record)
+    young.skip(np.array([2]), np.array([60]))
+    assert young.seen_[2] == 0 and young.period_[2, 0] == 0 and np.isnan(young.ring_[2]).all()
+    short = _copy(record)
+    short.skip(np.array([2]), np.array([10]))  # a gap that ends before it: its readings are missing ones
+    assert short.seen_[2] == 60 and np.isnan(short.ring_[2, 0, 50:60]).all()

@@ -359,6 +359,12 @@ class DetectorConfig:
             whatever the history ``stuck_history`` asks for. Judged, a restart read as thousands of scales out of a
             still window: it alerted, its refractory period hid what came next, and the stop's readings taught the
             statistics a still machine (docs/detection.md, the stop round).
+        resume: whether a stream whose windows restart after a gap longer than the windows' ``max_gap`` (or a
+            disconnection) keeps what its detector has learnt of the sensor (``Detector.resume``): the gap is a run
+            of missing steps to it, as a shorter one is, and what is read off the model's windows (the model
+            signals' statistics, the representation memory) and the warm-up start again. Off, such a stream started afresh, and an outage cost a feed its
+            cycle, schedule, run peaks, repeat history and ``deviation`` statistics (docs/detection.md, the outage
+            round).
     """
 
     signals: tuple[str, ...] = SIGNALS
@@ -416,6 +422,7 @@ class DetectorConfig:
     rest_ratio: float = 1.5
     in_sample_weight: int = 300
     stop: int = 128
+    resume: bool = True
 
     def __post_init__(self) -> None:
         signals = tuple(self.signals)
@@ -1158,6 +1165,20 @@ class SignalStats(StreamState):
         rows, cols = np.ix_(np.asarray(idx, dtype=np.int64), columns)
         self.count_[rows, cols] = np.minimum(self.count_[rows, cols], weight)
 
+    def resume(self, idx: np.ndarray, columns: list[int], least: int) -> None:
+        """The selected lanes' windows start again after a gap (``Detector.resume``): the statistics of signals
+        ``columns``, and of any other signal learnt from fewer than ``least`` values, start again as a fresh lane's
+        (from the prior, if any); every short mean forgets the readings before the gap, and the lanes warm up again
+        (``judged_``). The other signals' statistics are kept."""
+        idx = self._rows(idx)
+        fresh = self._fresh(len(idx))
+        again = self.count_[idx] < least
+        again[:, columns] = True
+        for name in ("count_", "mean_", "var_"):
+            getattr(self, name)[idx] = np.where(again, fresh[name], getattr(self, name)[idx])
+        self.recent_[idx] = np.nan
+        self.judged_[idx] = 0
+
     def overlap(self, idx: np.ndarray, floor: float, tail_floor: float = 1.0) -> np.ndarray:
         """How far each pair of a lane's signals counts as one ``[n, K, K]``: their correlation ρ on the lane's
         learned readings as ``(ρ − floor) / (1 − floor)``, clipped to [0, 1], for ``floor < 1``; 0 until the lane has
@@ -1380,6 +1401,24 @@ class AlertGate(StreamState):
                 frozen = (np.asarray(stuck) >= self.stuck) & ~warming & (since > self.refractory) & ~alert
         return raised | frozen, warming, (~hot | (hot_run > self.protect)) & ~quiet, frozen
 
+    def resume(self, idx: np.ndarray, skipped: np.ndarray) -> None:
+        """Carry the selected streams across ``skipped [n]`` missing steps after which their windows start again
+        (``DetectorConfig.resume``): their step clock, decays and refractory period run on as over a filled gap, a run
+        in progress ends (its peak is remembered, as a missing reading ends it), and each warms up again on its new
+        windows; its record, run peaks, budget, best score and schedule are kept."""
+        idx = self._rows(idx)
+        gap = np.asarray(skipped, dtype=np.int64).reshape(len(idx))
+        # The gap's first missing step ends the run (its peak is remembered there), and the others decay every peak.
+        first = np.minimum(gap, 1)[:, None]
+        none = np.zeros(len(idx), dtype=bool)
+        self._remember_peaks(idx, none, np.full(len(idx), np.nan), self.peaks_[idx] - self.peak_decay * first)
+        self.peaks_[idx] = self.peaks_[idx] - self.peak_decay * (gap[:, None] - first)
+        self.record_[idx] = self.record_[idx] - self.record_decay * gap
+        self.spent_[idx] = self.spent_[idx] * self._keep**gap
+        self.since_[idx] = np.minimum(self.since_[idx] + gap, self.refractory + 1)
+        self.steps_[idx] = self.steps_[idx] + gap
+        self.scored_[idx], self.hot_[idx], self.alerted_[idx] = 0, 0, False
+
     def _remember_peaks(self, idx: np.ndarray, level: np.ndarray, score: np.ndarray, peaks: np.ndarray) -> None:
         """Follow each stream's run at or above the threshold; when it ends, its peak replaces the lowest
         remembered one if higher. ``peaks`` are the stream's remembered peaks after this reading's decay."""
@@ -1476,6 +1515,33 @@ class Detector:
         self.gate.reset_streams(streams)
         for part in self._lane_parts():
             part.reset_streams(lanes)
+
+    def resume(self, streams: np.ndarray, lanes: np.ndarray, lane_of: np.ndarray, skipped: np.ndarray) -> None:
+        """Carry lanes across ``skipped [m]`` missing steps after which their windows start again (a gap longer than
+        ``max_gap``, a disconnection; ``DetectorConfig.resume``). ``streams`` are the streams whose every lane
+        restarts, whose gates run on over the gap too (``AlertGate.resume``); ``lane_of [m]`` is each lane's position
+        in ``streams``, −1 where its stream's other lanes go on.
+
+        The gap is, to the detector, a run of missing steps, as a filled gap is: ``deviation``'s statistics, the step
+        and rest records, the channels' repeat histories and cycles describe the sensor and are kept; runs of identical
+        readings end; the seasonal ring's clock runs on over the gap (``SeasonalRecord.skip``). What is read off the
+        model's windows starts again, as at a new stream: the model signals' statistics (from the card's prior, if
+        any) and the representation memory, since a window mostly padding is not what they were learnt on (against
+        them a channel back from a gap alerted on its padded windows); so do the short means, the warm-ups, and
+        ``deviation``'s statistics where they hold fewer than ``min_count`` values, too few to judge by.
+        """
+        streams = np.asarray(streams, dtype=np.int64)
+        lanes, lane_of = np.asarray(lanes, dtype=np.int64), np.asarray(lane_of, dtype=np.int64)
+        gap = np.asarray(skipped, dtype=np.int64).reshape(len(lanes))
+        if len(streams):
+            skip = np.zeros(len(streams), dtype=np.int64)
+            whole = lane_of >= 0
+            np.maximum.at(skip, lane_of[whole], gap[whole])
+            self.gate.resume(streams, skip)
+        self.memory.reset_streams(lanes)
+        self.stats.resume(lanes, self._model_columns, self.config.min_count)
+        self.stuck.surprise(lanes, np.full((len(lanes), self.channels), np.nan))  # a missing reading ends every run
+        self.seasons.skip(lanes, gap)
 
     def step(
         self,

@@ -38,9 +38,11 @@ Policies:
   distance (NaN): the detector neither scores nor learns it.
 - **Warm-up.** A stream is *warming* until it has ``detector.min_count`` scored readings; a warming reading never
   alerts, and the tracker sees it as unknown.
-- **Resets** (a gap longer than ``max_gap``, a re-anchored clock): the lane's window and detector state restart,
-  its learned scale is kept (the sensor did not change). The stream's alert gate (warm-up, record, refractory
-  period) restarts when all its lanes do; a channel of a channel-independent model restarted alone warms up on its
+- **Resets** (a gap longer than ``max_gap``, a re-anchored clock, a sensor back from a disconnection): the lane's
+  window restarts and its learned scale is kept (the sensor did not change); its detector resumes across the steps
+  it missed (``Detector.resume``: what it has learnt is kept, its warm-up starts again), or with
+  ``[detector] resume`` off restarts. The stream's alert gate (warm-up, record, refractory
+  period) resumes or restarts when all its lanes do; a channel of a channel-independent model restarted alone warms up on its
   own while the others keep judging the stream (a channel sent less often than ``max_gap`` restarts at each of its
   readings and is never judged, and its stream's other channels are). A stream-scaled lane idle since it started
   (``StreamScaler.idle``: its scale's warm-up ended on one repeated value) restarts its detector state at each
@@ -454,11 +456,14 @@ class Monitor:
         deviation = np.full((len(batch), 2, self._lane_channels), np.nan)
         repeat = np.full((len(batch), self._lane_channels), np.nan)
         inputs = batch.windows  # the windows the model saw, one per complete row (scaled for stream-scaled models)
-        restart = batch.reset  # rows whose lane's detector restarts: a store reset, or a scale that learns anew
+        # Rows whose lane's detector restarts (a scale that learns anew, or a store reset without ``resume``), and
+        # rows whose lane resumes across the gap its store reset after (``Detector.resume``).
+        resumed = batch.reset if self.detector_config.resume else np.zeros(len(batch), dtype=bool)
+        restart = batch.reset & ~resumed
         started = time.perf_counter()
         if batch.windows.shape[0]:
             inputs, idle = self._scaled_windows(batch, rounds, np.flatnonzero(batch.complete))
-            restart = restart | idle
+            restart, resumed = restart | idle, resumed & ~idle
             # Both before the stream scaling, which clips and moves the level: a level far beyond what the scale has
             # learnt would repeat the clip, and a constant window's scale floor (1 % of its level) would follow it.
             tied = count_channels(self._store.normalisation.counts, self._lane_channels)
@@ -476,13 +481,18 @@ class Monitor:
         window_of = np.cumsum(batch.complete) - 1 if len(inputs) else np.full(len(batch), -1)
         window_of[~batch.complete] = -1
         for rows in rounds:
-            self._step_round(batch, rows, restart[rows], raw[rows], z[rows], deviation[rows], repeat[rows],
-                             (inputs, window_of), scored, alerts)  # fmt: skip
+            self._step_round(batch, rows, restart[rows], resumed[rows], raw[rows], z[rows], deviation[rows],
+                             repeat[rows], (inputs, window_of), scored, alerts)  # fmt: skip
         sensor, self._sensor = self._sensor, []
         gate, rows = self._detector.gate, {s.stream: self._index[s.stream] for s in scored}
         at = np.fromiter(rows.values(), dtype=np.int64, count=len(rows))
         hot_runs = dict(zip(rows, np.where(gate.alerted_[at], 0, gate.hot_[at]).tolist()))
         return TickResult(scored, alerts, rows_sent, seconds, sensor, hot_runs)
+
+    def _whole(self, hit: np.ndarray) -> np.ndarray:
+        """Per stream, whether the lanes ``hit`` (their streams' rows) are all of its lanes."""
+        n = len(self._names)
+        return np.bincount(hit, minlength=n) == np.bincount(self._lane_rows.stream, minlength=n)
 
     def _scaled_windows(
         self, batch: StepBatch, rounds: list[np.ndarray], complete: np.ndarray
@@ -511,6 +521,7 @@ class Monitor:
         batch: StepBatch,
         rows: np.ndarray,
         reset: np.ndarray,
+        resumed: np.ndarray,
         raw: np.ndarray,
         z: np.ndarray,
         deviation: np.ndarray,
@@ -521,12 +532,16 @@ class Monitor:
     ) -> None:
         lanes = batch.stream_idx[rows]
         streams, lane_of = np.unique(self._lane_rows.stream[lanes], return_inverse=True)
+        # The alert gate restarts (or resumes) with a stream's last lane: a channel restarted alone warms up on its own.
         if reset.any():
-            # The alert gate restarts with a stream's last lane: a channel restarted alone warms up on its own.
             hit = self._lane_rows.stream[lanes[reset]]
-            whole = np.bincount(hit, minlength=len(self._names)) == np.bincount(self._lane_rows.stream,
-                                                                                minlength=len(self._names))
-            self._detector.reset(np.unique(hit[whole[hit]]), lanes[reset])
+            self._detector.reset(np.unique(hit[self._whole(hit)[hit]]), lanes[reset])
+        if resumed.any():
+            hit = self._lane_rows.stream[lanes[resumed]]
+            whole, position = np.unique(hit, return_inverse=True)
+            kept = self._whole(hit)[whole]
+            at = np.where(kept[position], np.cumsum(kept)[position] - 1, -1)  # each lane's stream among whole[kept]
+            self._detector.resume(whole[kept], lanes[resumed], at, batch.skipped[rows][resumed])
         # Each row's prepared reading: the value its window ends on (NaN = missing), for the seasonal record.
         out = self._detector.step(streams, lanes, lane_of, raw, z, deviation, repeat, batch.prepared[rows])
         self._counters["scored"] += int(np.isfinite(out.score).sum())

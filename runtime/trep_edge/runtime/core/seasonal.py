@@ -243,6 +243,26 @@ class SeasonalRecord(StreamState):
             differences[kept] = nearest_difference(now[kept], last[kept], earlier, bar)
         return rows, channels, differences
 
+    def skip(self, idx: np.ndarray, steps: np.ndarray) -> None:
+        """Run the selected lanes' clocks on over ``steps [n]`` missing steps (a gap after which their windows start
+        again: ``Detector.resume``), as ``push`` would with missing readings, so the same moment a cycle earlier stays
+        where it was. A lane whose gap would cover the reading at which its cycles are found (its ``after``-th) or
+        looked at again (its ``size``-th, with ``week_fit``) starts afresh instead, and finds them in the readings after the gap: found
+        in a stretch that is mostly gap, they would be missed for good."""
+        idx = np.asarray(idx, dtype=np.int64)
+        steps = np.asarray(steps, dtype=np.int64).reshape(len(idx))
+        if not self.size or not len(idx):
+            return
+        seen = self.seen_[idx]
+        never = np.iinfo(np.int64).max
+        again = self.size if self.week_fit else never
+        due = np.where(seen < self.after, self.after, np.where(seen < again, again, never))
+        afresh = seen + steps >= due
+        self.reset_streams(idx[afresh])
+        for lane, at, n in zip(idx[~afresh].tolist(), seen[~afresh].tolist(), steps[~afresh].tolist()):
+            self.ring_[lane, :, (at + np.arange(min(n, self.size))) % self.size] = np.nan
+            self.seen_[lane] = at + n
+
     def _schedule(self, lane: int, chosen: np.ndarray, fit: np.ndarray, spread: np.ndarray) -> bool:
         """Schedule a lane's ``chosen`` channels ``[C]`` given their ``cycle_fit`` and spread ``[C]``: the least scale
         of their seasonal level (``SCHEDULED_SCALE``) and their typical difference; whether any was chosen."""

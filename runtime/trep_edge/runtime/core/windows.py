@@ -25,8 +25,9 @@ Policies (``WindowConfig`` holds the knobs):
   long silence, a clock corrected for good) is the jump accepted and the stream follows it.
 - **Gaps.** Between two finalised steps up to ``max_gap`` missing steps are filled with NaN (the model sees them
   as missing; they are not readings and are not scored). A longer gap resets the stream: its window and
-  differencing memory start from NaN again, as at a new stream (``resets``), and the next row is flagged so the
-  monitor resets its score state too. ``ingest(..., reset=True)`` restarts a stream the same way at that reading's
+  differencing memory start from NaN again, as at a new stream (``resets``), and the next row is flagged with the
+  steps it skipped (``StepBatch.skipped``) so the monitor resumes its score state across them (``Detector.resume``).
+  ``ingest(..., reset=True)`` restarts a stream the same way at that reading's
   step (a sensor back from a disconnection), whatever is still pending before it.
 - **Preparation.** Differencing ``card.differencing`` times uses the stream's last raw values (NaN after a gap or
   reset, as at the start of a recording), then ``card.normalisation`` applies. A step whose prepared value has a
@@ -141,6 +142,7 @@ class StepBatch:
     prepared: np.ndarray  # [N, C] float32, each row's prepared (model input) values, NaN = missing
     windows: np.ndarray  # [R, W, C] float32, the window ending at each complete row (empty if not asked for)
     starts: np.ndarray  # [R] int64, absolute step index of each window's first step
+    skipped: np.ndarray  # [N] int64, steps missed just before a reset row since the stream's last step (0 elsewhere)
 
     def __len__(self) -> int:
         return int(self.step.shape[0])
@@ -377,13 +379,15 @@ class WindowStore:
         gathering a W-step window per scored row would be most of its tick's memory traffic.
         """
         nan_row = np.full(len(self.channels), np.nan)
-        fields = ("stream", "step", "timestamp", "raw", "reading", "reset", "round", "seg")
+        fields = ("stream", "step", "timestamp", "raw", "reading", "reset", "skipped", "round", "seg")
         rows: dict[str, list] = {k: [] for k in fields}
         seg_stream: list[int] = []
         seg_from_buf: list[bool] = []
 
-        def add_row(i: int, step: int, timestamp: float, raw: np.ndarray, reading: bool, reset: bool, n: int) -> None:
-            for key, value in zip(rows, (i, step, timestamp, raw, reading, reset, n, len(seg_stream) - 1)):
+        def add_row(
+            i: int, step: int, timestamp: float, raw: np.ndarray, reading: bool, reset: bool, n: int, skipped: int = 0
+        ) -> None:  # fmt: skip
+            for key, value in zip(rows, (i, step, timestamp, raw, reading, reset, skipped, n, len(seg_stream) - 1)):
                 rows[key].append(value)
 
         for i, pending in enumerate(self._pending):
@@ -412,7 +416,9 @@ class WindowStore:
                         add_row(i, gap, math.nan, nan_row, False, False, n)
                         n += 1
                     self.counters["gap_filled_steps"] += step - prev - 1
-                add_row(i, step, entry.timestamp, entry.values, True, reset, n)
+                # A clock set back (re-anchored) skipped no steps of its own.
+                skipped = max(step - prev - 1, 0) if reset and prev is not None else 0
+                add_row(i, step, entry.timestamp, entry.values, True, reset, n, skipped)
                 n, reset, prev = n + 1, False, step
             self._rows.last[i] = prev
             self._rows.started[i] = True
@@ -478,6 +484,7 @@ class WindowStore:
             prepared=prepared,
             windows=windows,
             starts=step[complete] - (w - 1),
+            skipped=np.array(rows["skipped"], dtype=np.int64),
         )
 
     def _forward_fill(
@@ -510,7 +517,7 @@ class WindowStore:
         none = np.zeros(0, dtype=np.int64)
         return StepBatch(none, none, np.zeros(0), np.zeros((0, c)), none.astype(bool), none.astype(bool), none,
                          none.astype(bool), np.zeros((0, c), dtype=np.float32), np.zeros((0, w, c), dtype=np.float32),
-                         none)  # fmt: skip
+                         none, none)  # fmt: skip
 
     # state
 
