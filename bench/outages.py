@@ -128,20 +128,21 @@ def main() -> None:
             seconds[name] += time.perf_counter() - began
         print(f"{stream.name}: {int(silent.sum())} rows silent, alerts "
               + ", ".join(f"{n} {int(outputs[n][-1][1].sum())}" for n in names), flush=True)  # fmt: skip
-    groups = {"overall": sorted({s.category for s in streams}), **{c: [c] for c in sorted({s.category for s in streams})}}
+    categories = sorted({s.category for s in streams})
+    groups = {"overall": categories, **{c: [c] for c in categories}}
     rows = {}
     for name in names:
         rows[name] = detection.summarise_groups(outputs[name], streams, groups)
         if name != "trep":
             rows[name]["overall"]["vs_trep"] = detection.vs_committed(outputs[name], outputs["trep"], streams)
-    silent_rows = sum(int(s.sum()) for s in silences)
+    silent = f"{sum(int(np.any(s)) for s in silences)} streams silent for {sum(int(s.sum()) for s in silences)} rows"
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     results = {"command": command, "wall_seconds": time.perf_counter() - started,
                "streams": {c: sum(s.category == c for s in streams) for c in groups if c != "overall"},
                "model": f"each stream's own, from {args.per_stream}" if models else args.model,
                "icu_model": "none", "rows": rows, "seconds": seconds,
-               "notes": {"outages": f"{sum(int(np.any(s)) for s in silences)} streams silent for {silent_rows} rows in all "
-                                    f"(outages of {args.outage[0]}–{args.outage[1]} steps, seed {args.seed})"}}  # fmt: skip
+               "notes": {"outages": f"{silent} in all (outages of {args.outage[0]}–{args.outage[1]} steps, seed "
+                                    f"{args.seed})"}}  # fmt: skip
     text = detection.markdown(results)
     print(text)
     if args.out:

@@ -362,9 +362,9 @@ class DetectorConfig:
         resume: whether a stream whose windows restart after a gap longer than the windows' ``max_gap`` (or a
             disconnection) keeps what its detector has learnt of the sensor (``Detector.resume``): the gap is a run
             of missing steps to it, as a shorter one is, and what is read off the model's windows (the model
-            signals' statistics, the representation memory) and the warm-up start again. Off, such a stream started afresh, and an outage cost a feed its
-            cycle, schedule, run peaks, repeat history and ``deviation`` statistics (docs/detection.md, the outage
-            round).
+            signals' statistics, the representation memory) and the warm-up start again. Off, such a stream starts
+            afresh, and an outage cost a feed its cycle, schedule, run peaks, repeat history and ``deviation``
+            statistics (docs/detection.md, the outage round).
     """
 
     signals: tuple[str, ...] = SIGNALS

@@ -40,10 +40,10 @@ Policies:
   alerts, and the tracker sees it as unknown.
 - **Resets** (a gap longer than ``max_gap``, a re-anchored clock, a sensor back from a disconnection): the lane's
   window restarts and its learned scale is kept (the sensor did not change); its detector resumes across the steps
-  it missed (``Detector.resume``: what it has learnt is kept, its warm-up starts again), or with
-  ``[detector] resume`` off restarts. The stream's alert gate (warm-up, record, refractory
-  period) resumes or restarts when all its lanes do; a channel of a channel-independent model restarted alone warms up on its
-  own while the others keep judging the stream (a channel sent less often than ``max_gap`` restarts at each of its
+  it missed (``Detector.resume``: what it has learnt of the sensor is kept, its warm-up starts again), or with
+  ``[detector] resume`` off restarts. The stream's alert gate (warm-up, record, refractory period) resumes or
+  restarts when all its lanes do; a channel of a channel-independent model restarted alone warms up on its own while
+  the others keep judging the stream (a channel sent less often than ``max_gap`` restarts at each of its
   readings and is never judged, and its stream's other channels are). A stream-scaled lane idle since it started
   (``StreamScaler.idle``: its scale's warm-up ended on one repeated value) restarts its detector state at each
   reading until one moves: statistics of an idle sensor read the machine's start as an anomaly (the idle-start

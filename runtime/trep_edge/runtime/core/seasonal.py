@@ -247,8 +247,8 @@ class SeasonalRecord(StreamState):
         """Run the selected lanes' clocks on over ``steps [n]`` missing steps (a gap after which their windows start
         again: ``Detector.resume``), as ``push`` would with missing readings, so the same moment a cycle earlier stays
         where it was. A lane whose gap would cover the reading at which its cycles are found (its ``after``-th) or
-        looked at again (its ``size``-th, with ``week_fit``) starts afresh instead, and finds them in the readings after the gap: found
-        in a stretch that is mostly gap, they would be missed for good."""
+        looked at again (its ``size``-th, with ``week_fit``) starts afresh instead, and finds them in the readings
+        after the gap: found in a stretch that is mostly gap, they would be missed for good."""
         idx = np.asarray(idx, dtype=np.int64)
         steps = np.asarray(steps, dtype=np.int64).reshape(len(idx))
         if not self.size or not len(idx):

@@ -27,8 +27,8 @@ Policies (``WindowConfig`` holds the knobs):
   as missing; they are not readings and are not scored). A longer gap resets the stream: its window and
   differencing memory start from NaN again, as at a new stream (``resets``), and the next row is flagged with the
   steps it skipped (``StepBatch.skipped``) so the monitor resumes its score state across them (``Detector.resume``).
-  ``ingest(..., reset=True)`` restarts a stream the same way at that reading's
-  step (a sensor back from a disconnection), whatever is still pending before it.
+  ``ingest(..., reset=True)`` restarts a stream the same way at that reading's step (a sensor back from a
+  disconnection), whatever is still pending before it.
 - **Preparation.** Differencing ``card.differencing`` times uses the stream's last raw values (NaN after a gap or
   reset, as at the start of a recording), then ``card.normalisation`` applies. A step whose prepared value has a
   NaN channel is *incomplete*: the model masks such a step, so its masked/unmasked score would be a meaningless 0.
