@@ -30,25 +30,28 @@ from pathlib import Path
 import numpy as np
 
 from periodic_faults import periodic_faults
-from trep_edge.datasets.paths import data_root
 from trep_edge.runtime.core.detector import DetectorConfig
 from trep_edge.runtime.core.engine import Engine, load_engine
 from trep_edge.runtime.core.offline import detect_recording
 from trep_edge.runtime.core.windows import WindowConfig
 from trep_edge.training.evaluation import detection, detection_metrics
-from trep_edge.training.evaluation.detection_corpus import Stream, archive, multi, synthetic
+from trep_edge.training.evaluation.detection_corpus import Stream, corpus
 from trep_edge.training.evaluation.detection_per_stream import PerStreamModels
 
 TRIES = 200
 """Draws for a place of each outage before it is left out (a short stream may have no room)."""
 
 
+QUICK_CATEGORIES = ("synthetic", "archive", "multi")
+"""The quick corpus's categories of injected faults (a sepsis stay, a few dozen hourly readings, has no room for an
+outage)."""
+
+
 def stream_set(name: str, root: str | None) -> list[Stream]:
     """The streams of ``--set``."""
     if name == "periodic":
         return periodic_faults()
-    base = data_root(root)
-    return synthetic(base, 33) + archive(base, 11) + multi(base, 12)
+    return [s for s in corpus(root, quick=True) if s.category in QUICK_CATEGORIES]
 
 
 def outages(stream: Stream, rng: np.random.Generator, length: tuple[int, int], lead: tuple[int, int]) -> np.ndarray:
