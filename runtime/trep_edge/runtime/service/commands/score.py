@@ -45,8 +45,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--rename", help="DATA=MODEL channel renames, e.g. O2Sat=SpO2")
     p.add_argument("--by-time", action="store_true",
                    help="place rows at their timestamps (a CSV's first column) as the daemon places a live feed's "
-                   "readings: a missing step is a gap, filled up to [windows] max_gap, a longer one resets the "
-                   "stream (default: rows are consecutive steps, whatever their times)")
+                   "readings: a missing step is a gap, filled up to [windows] max_gap; a longer one restarts the "
+                   "stream's windows, and its detector resumes across it ([detector] resume) (default: rows are "
+                   "consecutive steps, whatever their times)")
     p.add_argument("--period", type=float, help="with --by-time: seconds per step (default: the file's median "
                    "interval between readings)")
     p.add_argument("--providers", default="auto", help="onnxruntime providers: auto, cpu, cuda, tensorrt")
