@@ -101,6 +101,17 @@ def test_shift_raises_the_level_where_a_noisy_channel_moves_and_never_lowers_it(
     assert np.nanmedian(shifted[610:640]) > 2 * np.nanmedian(plain[610:640])
 
 
+def test_drift_raises_the_level_where_a_slow_drift_leaves_the_longer_stretch_and_never_lowers_it(tmp_path):
+    rng = np.random.default_rng(3)
+    values = rng.normal(0, 1, (1600, 1))
+    values[1300:1500, 0] += np.linspace(0, 6, 200)  # six spreads over 200 readings: the 128-reading window follows it
+    values[1500:, 0] += 6
+    plain, drifted = _raised_levels(tmp_path, values, (1300, 1500), "drift:k=32;span=1024")
+    # late in the drift each reading stands little out of its recent window, but the last 32 readings' mean
+    # stands far out of the means before it
+    assert np.nanmedian(plain[1450:1500]) < 3 < np.nanmedian(drifted[1450:1500])
+
+
 def test_rhythm_raises_the_level_where_a_smooth_cycle_speeds_up_and_never_lowers_it(tmp_path):
     t = np.arange(900, dtype=np.float64)
     values = np.sin(2 * np.pi * t / 60)[:, None]
