@@ -58,12 +58,11 @@ Prototypes (``KIND:key=value;...``, each key optional):
   period was found in).
 - ``shift`` (``k``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings against the window
   before them, times ``gain`` (default ``sqrt(k)``), for a sustained shift inside a noisy channel's spread.
-- ``mean-shift`` (``k``): ``deviation``'s level is also the mean of the last ``k`` readings against the means of
-  ``k`` readings earlier in the window, in those means' own robust scale (``shift`` with a gain each window
-  measures: large on a noisy channel, about 1 on a smooth one).
-- ``drift`` (``k``, ``span``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings against
-  the means of ``k`` readings in the last ``span``, in their own robust scale, times ``gain``: a slow drift the
-  committed window follows still leaves a longer stretch's range.
+- ``mean-shift`` (``k``, ``span``, ``gain``): ``deviation``'s level is also the mean of the last ``k`` readings
+  against the means of ``k`` readings earlier in the window (or the last ``span``), in those means' own robust scale,
+  times ``gain`` (``shift`` with a gain each window measures: large on a noisy channel, about 1 on a smooth one).
+- ``drift`` (``k``, ``span``, ``gain``): ``mean-shift`` over a longer stretch (defaults ``k`` 32, ``span`` 1,024):
+  a slow drift the committed window follows still leaves the longer stretch's range.
 - ``rhythm`` (``k``, ``gain``): ``deviation``'s level is also the mean size of the last ``k`` steps against such means
   earlier in the window, in their own robust scale, times ``gain``: a channel moving faster than its window did.
 - ``readout`` (``h``, ``refit``, ``ridge``, ``gain``, ``fit``): ``deviation``'s level is also the reading's miss from
@@ -687,27 +686,15 @@ def _recent_mean_levels(x: np.ndarray, span: int, k: int) -> np.ndarray:
         return np.where(enough, np.abs(recent - loc) / scale, np.nan)
 
 
-def mean_shift(k: int = 8) -> Prototype:
+def mean_shift(k: int = 8, span: int = 0, gain: float = 1.0) -> Prototype:
     """``deviation``'s level is also the mean of the last ``k`` readings against the means of ``k`` readings earlier
-    in the window (those ending before the last ``k`` began), in their own robust scale: ``shift`` with a gain that
-    each window measures, so a k-mean of a noisy channel stands out by its smaller spread while on a smooth channel,
-    whose means spread as its readings do, it adds nothing."""
-    span, k = DetectorConfig().deviation_window, int(k)
-
-    def level(x: np.ndarray) -> np.ndarray:
-        return np.fmax(_levels(x, span), _recent_mean_levels(x, span, k))
-
-    def rewrite(stream: Stream, tape: list) -> list:
-        return _with_levels(stream, tape, level)
-
-    return Prototype(_no_patches, rewrite)
-
-
-def drift(k: int = 32, span: int = 1024, gain: float = 1.0) -> Prototype:
-    """``deviation``'s level is also the mean of the last ``k`` readings against the means of ``k`` readings in the
-    last ``span`` (those ending before the last ``k`` began), in their own robust scale, times ``gain``: a slow drift
-    that the committed window of 128 readings follows as it moves still leaves a longer stretch's range."""
-    committed, span, k = DetectorConfig().deviation_window, int(span), int(k)
+    in the last ``span`` (0: the committed window; those ending before the last ``k`` began), in their own robust
+    scale, times ``gain``: ``shift`` with a gain that each window measures, so a k-mean of a noisy channel stands out
+    by its smaller spread while on a smooth channel, whose means spread as its readings do, it adds nothing. With a
+    ``span`` longer than the committed window (``drift``), a slow drift that window follows as it moves still leaves
+    the longer stretch's range."""
+    committed, k = DetectorConfig().deviation_window, int(k)
+    span = int(span) or committed
 
     def level(x: np.ndarray) -> np.ndarray:
         return np.fmax(_levels(x, committed), float(gain) * _recent_mean_levels(x, span, k))
@@ -1444,7 +1431,8 @@ def cycle_profile(rate: float = 0.2, signals: float = 0, side: float = 1) -> Pro
 
 PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "quiet-record": quiet_record, "brown": brown, "signal-horizon": signal_horizon, "early-horizon": early_horizon,
-    "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift, "drift": drift,
+    "window-gap": window_gap, "seasonal": seasonal, "shift": shift, "mean-shift": mean_shift,
+    "drift": partial(mean_shift, k=32, span=1024),
     "rhythm": rhythm,
     "skew-scale": skew_scale, "constant-none": constant_none, "segment-novelty": segment_novelty,
     "learn-cap": learn_cap, "discord": discord, "adaptive-tail": adaptive_tail, "signal-tail": signal_tail,
