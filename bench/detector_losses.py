@@ -10,7 +10,12 @@ row per injected fault kind) and counts the found windows whose first detection 
 (``found before onset``: a NAB window opens half its width before the onset, so a detector that alerts steadily finds
 some windows by chance; the rest is what it detected), then counts false alarms per 1,000 readings outside event
 windows in blocks of readings after probation: a detector whose statistics are still settling, or that judges a
-model on the data it was trained on, alerts more in the first blocks.
+model on the data it was trained on, alerts more in the first blocks. ``--misses`` sorts each missed window by what
+kept it silent: its score never came near the threshold (``never near``: below ``NEAR`` all through the fault), it
+came near but stayed below (``below threshold``), or it reached the threshold and the alert gate held it back
+(``held by the gate``: the record, the run peaks, the refractory period or the budget; a reported score is held just
+under the threshold where the gate keeps a reading back). The first says the signals do not see the fault, the
+second that a lower bar would find it, the third that the gate's memory of earlier readings costs it.
 
     python bench/detector_losses.py --quick --per-stream --variants 'decay-0.003:record_decay=0.003'
 """
@@ -28,6 +33,8 @@ from trep_edge.training.evaluation.detection_metrics import (PROFILES, NabParts,
                                                              scaled_sigmoid)
 
 BLOCKS = 8  # blocks of readings after probation in the false-alarm timeline
+NEAR = 3.0  # surprise from which a missed window counts as near the threshold (``miss_causes``)
+MISS_CAUSES = ("never near", "below threshold", "held by the gate")
 
 
 def found_before_onset(parts: NabParts, length: int, events: list[tuple[int, int]]) -> int:
@@ -64,6 +71,23 @@ def losses(streams: list[Stream], alerts: list[np.ndarray]) -> dict[str, float]:
             "lost: false alarms": false * scale}  # fmt: skip
 
 
+def miss_causes(streams: list[Stream], outputs: list, threshold: float) -> dict[str, int]:
+    """How many missed windows of ``streams`` (each stream's ``Output`` in ``outputs``) fall under each of
+    ``MISS_CAUSES`` (module docstring), judged on the score from the window's first onset to its end."""
+    held = np.nextafter(threshold, -np.inf)  # the score the detector reports for a reading its gate held back
+    counts = dict.fromkeys(MISS_CAUSES, 0)
+    for stream, (score, alerts) in zip(streams, outputs):
+        windows = nab_windows(len(alerts), stream.events)
+        found = {k for k, _ in nab_parts(alerts, stream.events).detected}
+        for k, (a, b) in enumerate(windows):
+            onset = min(onset for onset, _ in stream.events if a <= onset <= b)
+            if k in found or probation(len(alerts)) > b:
+                continue
+            peak = np.nanmax(score[onset : b + 1], initial=-np.inf)
+            counts[MISS_CAUSES[0] if peak < NEAR else MISS_CAUSES[2] if peak >= held else MISS_CAUSES[1]] += 1
+    return counts
+
+
 def reaches_last_block(length: int, block: int) -> bool:
     """Whether a stream of ``length`` readings reaches the timeline's last block (``timeline`` counts only those)."""
     return length - probation(length) >= BLOCKS * block
@@ -95,6 +119,8 @@ def main() -> None:
     dr.add_arguments(parser)
     parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
     parser.add_argument("--block", type=int, default=250, help="readings per block of the false-alarm timeline")
+    parser.add_argument("--misses", action="store_true", help="also what kept each missed window silent (never near "
+                        f"the threshold, from {NEAR:g} but below it, or held by the alert gate), per category")
     parser.add_argument("--by-kind", action="store_true", help="also a row per fault kind (the streams of one "
                         "injected fault: synthetic and archive)")
     args = parser.parse_args()
@@ -104,7 +130,7 @@ def main() -> None:
     bench = dr.Bench.load(args)
     command = "python bench/detector_losses.py " + " ".join(
         dr.corpus_flags(args)
-        + ["--block", str(args.block)] * (args.block != 250) + ["--by-kind"] * args.by_kind
+        + ["--block", str(args.block)] * (args.block != 250) + ["--by-kind"] * args.by_kind + ["--misses"] * args.misses
         + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants))
     keys = ["windows", "found", "found before onset", "missed", "false alarms", "lost: missed", "lost: late",
             "lost: false alarms"]
@@ -118,18 +144,25 @@ def main() -> None:
         kinds = sorted({s.meta["kind"] for s in bench.streams if "kind" in s.meta})
         groups |= {f"kind: {kind}": [k for k, s in enumerate(bench.streams) if s.meta.get("kind") == kind]
                    for kind in kinds}  # fmt: skip
+    misses = ["| detector | category | " + " | ".join(MISS_CAUSES) + " |", "|---" * (len(MISS_CAUSES) + 2) + "|"]
     for name, config in variants.items():
-        alerts = [alert for _, alert in bench.run(config)]
+        outputs = bench.run(config)
+        alerts = [alert for _, alert in outputs]
         for category, pick in groups.items():
             row = losses([bench.streams[k] for k in pick], [alerts[k] for k in pick])
             table.append(f"| {name} | {category} | " + " | ".join(
                 f"{row[k]:.1f}" if k.startswith("lost") else str(row[k]) for k in keys) + " |")
+            if args.misses:
+                causes = miss_causes([bench.streams[k] for k in pick], [outputs[k] for k in pick], config.threshold)
+                misses.append(f"| {name} | {category} | " + " | ".join(str(causes[c]) for c in MISS_CAUSES) + " |")
         rates = timeline(bench.streams, alerts, args.block)
         blocks.append(f"| {name} | " + " | ".join(f"{r:.2f}" for r in rates) + " |")
         print(f"{name}: lost {table[-len(groups)]}", flush=True)
     text = "\n".join([f"Command: `{command}`", "", "NAB standard points lost (they sum to 100 − the score):", "",
                       *table, "", f"False alarms per 1,000 readings outside event windows, by readings after "
-                      f"probation ({reach} streams reach the last block):", "", *blocks, ""])  # fmt: skip
+                      f"probation ({reach} streams reach the last block):", "", *blocks, ""]
+                     + ["What kept the missed windows silent (the score from the fault's onset to the window's end):",
+                        "", *misses, ""] * args.misses)  # fmt: skip
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,19 @@ def test_a_perfect_detector_loses_nothing_and_a_silent_one_everything():
     assert silent["lost: missed"] == pytest.approx(100.0) and silent["lost: false alarms"] == 0.0
 
 
+def test_missed_windows_are_sorted_by_what_kept_them_silent():
+    n, threshold = 1000, 4.0
+    streams = [_stream(n, [(500, 520)]), _stream(n, [(600, 600)]), _stream(n, [(700, 700)]), _stream(n, [(800, 800)])]
+    scores = [np.full(n, 1.0) for _ in streams]
+    scores[1][600] = 3.5  # near, below the threshold
+    scores[2][700] = np.nextafter(threshold, -np.inf)  # reached the threshold, held back by the gate
+    scores[3][800] = 9.0  # found
+    scores[0][480] = 3.5  # before the onset: no part of the fault, so this window was never near
+    alerts = [_alerts(n), _alerts(n), _alerts(n), _alerts(n, 800)]
+    causes = detector_losses.miss_causes(streams, list(zip(scores, alerts)), threshold)
+    assert causes == {"never near": 1, "below threshold": 1, "held by the gate": 1}
+
+
 def test_the_timeline_counts_false_alarms_by_block_after_probation_outside_windows():
     n = 3000  # probation 450: blocks of 250 from there, the last one reached
     streams = [_stream(n, [(2000, 2000)])]
