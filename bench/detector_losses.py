@@ -130,7 +130,8 @@ def main() -> None:
     bench = dr.Bench.load(args)
     command = "python bench/detector_losses.py " + " ".join(
         dr.corpus_flags(args)
-        + ["--block", str(args.block)] * (args.block != 250) + ["--by-kind"] * args.by_kind + ["--misses"] * args.misses
+        + ["--block", str(args.block)] * (args.block != 250)
+        + ["--by-kind"] * args.by_kind + ["--misses"] * args.misses
         + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants))
     keys = ["windows", "found", "found before onset", "missed", "false alarms", "lost: missed", "lost: late",
             "lost: false alarms"]
