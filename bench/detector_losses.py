@@ -37,13 +37,17 @@ NEAR = 3.0  # surprise from which a missed window counts as near the threshold (
 MISS_CAUSES = ("never near", "below threshold", "held by the gate")
 
 
+def first_onsets(length: int, events: list[tuple[int, int]]) -> list[int]:
+    """The row where the first fault of each of a stream's NAB windows (``nab_windows``) begins."""
+    return [min(onset for onset, _ in events if a <= onset <= b) for a, b in nab_windows(length, events)]
+
+
 def found_before_onset(parts: NabParts, length: int, events: list[tuple[int, int]]) -> int:
     """How many of a stream's NAB windows (``nab_parts``' ``parts`` of its ``length`` rows) were found by a detection
     before any of their events began: the fault cannot have caused it, so the window was found by chance (its reward
     is real; the detection is not)."""
-    windows = nab_windows(length, events)
-    return sum(row < min(onset for onset, _ in events if windows[k][0] <= onset <= windows[k][1])
-               for k, row in parts.detected)
+    onsets = first_onsets(length, events)
+    return sum(row < onsets[k] for k, row in parts.detected)
 
 
 def losses(streams: list[Stream], alerts: list[np.ndarray]) -> dict[str, float]:
@@ -79,8 +83,7 @@ def miss_causes(streams: list[Stream], outputs: list, threshold: float) -> dict[
     for stream, (score, alerts) in zip(streams, outputs):
         windows = nab_windows(len(alerts), stream.events)
         found = {k for k, _ in nab_parts(alerts, stream.events).detected}
-        for k, (a, b) in enumerate(windows):
-            onset = min(onset for onset, _ in stream.events if a <= onset <= b)
+        for k, ((_, b), onset) in enumerate(zip(windows, first_onsets(len(alerts), stream.events))):
             if k in found or probation(len(alerts)) > b:
                 continue
             peak = np.nanmax(score[onset : b + 1], initial=-np.inf)

@@ -29,11 +29,15 @@ def test_daemon_survives_a_broker_restart_without_losing_qos1_readings(tmp_path,
     def steady_scores(c):
         return {m.json()["step"]: m.json() for m in c.select("trep-edge/scores/steady")}
 
-    def diagnosis() -> str:
-        """What the daemon and the broker saw, for a failure message: these waits fail only on a loaded box."""
-        logged = [line for line in broker.log_text().splitlines() if "Saving in-memory" not in line]
-        return (f"\nsteady steps scored: {sorted(steady_scores(out))}\ndaemon metrics: {daemon.metrics()}"
-                f"\ndaemon log:\n{daemon.log_text()}\nbroker log:\n" + "\n".join(logged))
+    def explained(wait):
+        """``wait()``, failing with what the daemon and the broker saw: these waits fail only on a loaded box."""
+        try:
+            return wait()
+        except AssertionError as e:
+            logged = [line for line in broker.log_text().splitlines() if "Saving in-memory" not in line]
+            raise AssertionError(f"{e}\nsteady steps scored: {sorted(steady_scores(out))}\ndaemon metrics: "
+                                 f"{daemon.metrics()}\ndaemon log:\n{daemon.log_text()}\nbroker log:\n"
+                                 + "\n".join(logged)) from None
 
     # The feeder holds before one step while the broker is killed. A SIGKILLed mosquitto loses whatever it had
     # accepted since its last save and not yet delivered (its persistence is a save every second, not a write per
@@ -69,10 +73,7 @@ def test_daemon_survives_a_broker_restart_without_losing_qos1_readings(tmp_path,
         assert code == 503 and "not connected to the broker" in reason, "burst was not published while away"
 
         daemon.wait_http("/readyz", 200, timeout=20)
-        try:
-            scored = out.wait_count("trep-edge/scores/burst", 10)  # published while the daemon was away
-        except AssertionError as e:
-            raise AssertionError(f"{e}{diagnosis()}") from None
+        scored = explained(lambda: out.wait_count("trep-edge/scores/burst", 10))  # published while the daemon was away
         assert sorted(m.json()["timestamp"] for m in scored) == [t0 + i for i in range(10)]
     finally:
         release.set()
@@ -82,11 +83,8 @@ def test_daemon_survives_a_broker_restart_without_losing_qos1_readings(tmp_path,
     # The steady stream went on through the blip: every one of its readings is scored exactly once by the daemon.
     # (A score published just before the blip may reach a subscriber twice, or out of order: QoS 1 is
     # at-least-once, and paho resends unacknowledged messages after reconnecting.)
-    try:
-        got = out.wait_for(lambda c: steady_scores(c) if len(steady_scores(c)) >= len(steady.values) else None,
-                           timeout=20, what="all steady scores")  # fmt: skip
-    except AssertionError as e:
-        raise AssertionError(f"{e}{diagnosis()}") from None
+    got = explained(lambda: out.wait_for(lambda c: steady_scores(c) if len(steady_scores(c)) >= len(steady.values)
+                                         else None, timeout=20, what="all steady scores"))  # fmt: skip
     steps = sorted(got)
     assert steps == list(range(steps[0], steps[0] + len(steady.values)))
     np.testing.assert_array_equal([got[k]["values"]["value"] for k in steps], steady.values[:, 0])
