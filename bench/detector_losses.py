@@ -91,6 +91,27 @@ def miss_causes(streams: list[Stream], outputs: list, threshold: float) -> dict[
     return counts
 
 
+def by_position(streams: list[Stream], alerts: list[np.ndarray]) -> dict[int, dict[str, int]]:
+    """``{position: counts}`` over the NAB windows of the ``streams`` that have more than one: position 1 is each such
+    stream's first window, 2 its second, ...; counts as ``losses``' (``windows``, ``found``, ``found before onset``,
+    ``missed``)."""
+    rows: dict[int, dict[str, int]] = {}
+    for stream, detections in zip(streams, alerts):
+        windows = nab_windows(len(detections), stream.events)
+        if len(windows) < 2:
+            continue
+        parts = nab_parts(detections, stream.events)
+        found = dict(parts.detected)
+        onsets = first_onsets(len(detections), stream.events)
+        for k in range(len(windows)):
+            row = rows.setdefault(k + 1, dict.fromkeys(("windows", "found", "found before onset", "missed"), 0))
+            row["windows"] += 1
+            row["found"] += k in found
+            row["found before onset"] += k in found and found[k] < onsets[k]
+            row["missed"] += k not in found
+    return dict(sorted(rows.items()))
+
+
 def reaches_last_block(length: int, block: int) -> bool:
     """Whether a stream of ``length`` readings reaches the timeline's last block (``timeline`` counts only those)."""
     return length - probation(length) >= BLOCKS * block
@@ -126,6 +147,8 @@ def main() -> None:
                         f"the threshold, from {NEAR:g} but below it, or held by the alert gate), per category")
     parser.add_argument("--by-kind", action="store_true", help="also a row per fault kind (the streams of one "
                         "injected fault: synthetic and archive)")
+    parser.add_argument("--by-position", action="store_true", help="also the windows of streams with several, by "
+                        "their place in the stream (first, second, ...)")
     args = parser.parse_args()
     if args.check:
         parser.error("--check belongs to bench/detector_replay.py")
@@ -134,7 +157,7 @@ def main() -> None:
     command = "python bench/detector_losses.py " + " ".join(
         dr.corpus_flags(args)
         + ["--block", str(args.block)] * (args.block != 250)
-        + ["--by-kind"] * args.by_kind + ["--misses"] * args.misses
+        + ["--by-kind"] * args.by_kind + ["--misses"] * args.misses + ["--by-position"] * args.by_position
         + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants))
     keys = ["windows", "found", "found before onset", "missed", "false alarms", "lost: missed", "lost: late",
             "lost: false alarms"]
@@ -149,6 +172,7 @@ def main() -> None:
         groups |= {f"kind: {kind}": [k for k, s in enumerate(bench.streams) if s.meta.get("kind") == kind]
                    for kind in kinds}  # fmt: skip
     misses = ["| detector | category | " + " | ".join(MISS_CAUSES) + " |", "|---" * (len(MISS_CAUSES) + 2) + "|"]
+    places = ["| detector | position | windows | found | found before onset | missed |", "|---" * 6 + "|"]
     for name, config in variants.items():
         outputs = bench.run(config)
         alerts = [alert for _, alert in outputs]
@@ -159,6 +183,9 @@ def main() -> None:
             if args.misses:
                 causes = miss_causes([bench.streams[k] for k in pick], [outputs[k] for k in pick], config.threshold)
                 misses.append(f"| {name} | {category} | " + " | ".join(str(causes[c]) for c in MISS_CAUSES) + " |")
+        if args.by_position:
+            for place, row in by_position(bench.streams, alerts).items():
+                places.append(f"| {name} | {place} | " + " | ".join(str(v) for v in row.values()) + " |")
         rates = timeline(bench.streams, alerts, args.block)
         blocks.append(f"| {name} | " + " | ".join(f"{r:.2f}" for r in rates) + " |")
         print(f"{name}: lost {table[-len(groups)]}", flush=True)
@@ -166,7 +193,9 @@ def main() -> None:
                       *table, "", f"False alarms per 1,000 readings outside event windows, by readings after "
                       f"probation ({reach} streams reach the last block):", "", *blocks, ""]
                      + ["What kept the missed windows silent (the score from the fault's onset to the window's end):",
-                        "", *misses, ""] * args.misses)  # fmt: skip
+                        "", *misses, ""] * args.misses
+                     + ["The windows of streams with several, by their place in the stream:", "", *places, ""]
+                     * args.by_position)  # fmt: skip
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -110,3 +110,13 @@ def test_a_window_found_before_its_fault_began_is_counted_as_found_by_chance():
     assert _early(n, 960, 1500, 1460, events=two) == 2
     row = detector_losses.losses([_stream(n, events)], [_alerts(n, 950)])
     assert (row["found"], row["found before onset"]) == (1, 1)
+
+
+def test_windows_of_streams_with_several_are_counted_by_their_place():
+    n = 3000  # two events: windows of 150 each, 925..1075 and 1925..2075
+    events = [(1000, 1000), (2000, 2000)]
+    streams = [_stream(n, events), _stream(n, events), _stream(n, [(1000, 1000)])]
+    alerts = [_alerts(n, 950), _alerts(n, 1000, 2010), _alerts(n, 1000)]  # the one-window stream is left out
+    rows = detector_losses.by_position(streams, alerts)
+    assert rows == {1: {"windows": 2, "found": 2, "found before onset": 1, "missed": 0},
+                    2: {"windows": 2, "found": 1, "found before onset": 0, "missed": 1}}  # fmt: skip
