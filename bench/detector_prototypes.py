@@ -187,11 +187,11 @@ def quiet_record(
             gate._quiet_best = best
         return best
 
-    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, *inputs: np.ndarray | None):
         since = np.minimum(self.since_[idx] + 1, self.refractory + 1)
         in_run = self.alerted_[idx].copy()
         count = self.scored_[idx] + np.isfinite(score)
-        alert, warming, learn, frozen = decide(self, idx, score, stuck)
+        alert, warming, learn, frozen = decide(self, idx, score, *inputs)
         best = best_of(self)
         record = best[idx] - decay
         judged = np.isfinite(score) & ~warming
@@ -340,14 +340,14 @@ def run_rate(k: float = 2, span: float = 1500, memory: float = 8) -> Prototype:
     stay as they were before it, and its run may still alert later in the run if it reaches the bar."""
     decide, kth, size = AlertGate.decide, int(k), int(memory)
 
-    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, *inputs: np.ndarray | None):
         ends = _companion(self, "rate_", lambda: _RunEnds(size))
         peak, end = ends.peak_, ends.end_
         now = self.steps_[idx] + 1
         recent = np.where(now[:, None] - end[idx] <= span, peak[idx], -np.inf)
         bar = -np.sort(-recent, axis=1)[:, kth - 1]
         before = {name: getattr(self, name)[idx].copy() for name in ("since_", "last_", "spent_", "times_", "run_")}
-        alert, warming, learn, frozen = decide(self, idx, score, stuck)
+        alert, warming, learn, frozen = decide(self, idx, score, *inputs)
         with np.errstate(invalid="ignore"):
             veto = alert & ~frozen & (score >= self.threshold) & (score <= bar)
         rows = idx[veto]
@@ -386,10 +386,10 @@ def persist(n: float = 10, short: float = 0, beat: float = 0) -> Prototype:
     decide, need = AlertGate.decide, int(n)
     brief = int(short) or need
 
-    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, *inputs: np.ndarray | None):
         runs = _companion(self, "persist_", _RunLengths)
         inside = np.minimum(self.since_[idx] + 1, self.refractory + 1) <= self.refractory
-        alert, warming, learn, frozen = decide(self, idx, score, stuck)
+        alert, warming, learn, frozen = decide(self, idx, score, *inputs)
         hot = self.hot_[idx] > 0
         length = np.where(hot, runs.len_[idx] + 1, 0)
         loud = score >= beat * self.last_[idx] if beat else np.ones(len(idx), dtype=bool)
@@ -1032,12 +1032,12 @@ def calibrated(
     not as hits, so a fault's run does not lower the stream's later scores."""
     decide, keep = AlertGate.decide, float(np.exp(-1.0 / horizon))
 
-    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, *inputs: np.ndarray | None):
         counts = _companion(self, "overshoot_", _Overshoot)
         nominal = 10.0 ** -level - 10.0 ** -self.threshold
         share = (counts.hits_[idx] + prior * nominal) / (counts.n_[idx] + prior)
         lower = np.clip(np.log10(share / nominal), -least, most)
-        out = decide(self, idx, score - lower, stuck)
+        out = decide(self, idx, score - lower, *inputs)
         scored = np.isfinite(score)
         with np.errstate(invalid="ignore"):
             hit = scored & (score >= level) & (score < self.threshold)
@@ -1060,8 +1060,8 @@ def _reads_lower(by: Callable[[np.ndarray], np.ndarray]) -> Prototype:
     """A prototype whose gate reads each score lower by ``by(n)``, ``n`` the stream's scored readings so far."""
     decide = AlertGate.decide
 
-    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
-        return decide(self, idx, score - by(self.scored_[idx]), stuck)
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, *inputs: np.ndarray | None):
+        return decide(self, idx, score - by(self.scored_[idx]), *inputs)
 
     return _patching(AlertGate, decide=on_decide)
 
@@ -1081,7 +1081,7 @@ def peak_fade(tau: float = 2000.0, floor: float = 0) -> Prototype:
     least ``peak_decay`` too, so only peaks high enough to fall faster that way change."""
     decide, keep = AlertGate.decide, math.exp(-1.0 / tau)
 
-    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, *inputs: np.ndarray | None):
         # The committed decide subtracts peak_decay from every remembered peak; hand it the faded peak plus that.
         peaks = self.peaks_[idx]
         above = np.isfinite(peaks) & (peaks > self.threshold)
@@ -1089,7 +1089,7 @@ def peak_fade(tau: float = 2000.0, floor: float = 0) -> Prototype:
         if floor:
             faded = np.fmin(faded, peaks - self.peak_decay)
         self.peaks_[idx] = np.where(above, faded + self.peak_decay, peaks)
-        return decide(self, idx, score, stuck)
+        return decide(self, idx, score, *inputs)
 
     return _patching(AlertGate, decide=on_decide)
 
@@ -1101,12 +1101,12 @@ def growing_refractory(share: float = 0.05, most: float = 2000.0) -> Prototype:
     reading per reading (``share`` ≤ 1), so a stream quiet for longer than it stays free to alert."""
     decide = AlertGate.decide
 
-    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, *inputs: np.ndarray | None):
         committed = self.refractory
         grown = np.minimum(np.ceil(share * (self.scored_[idx] + 1)), most).astype(np.int64)
         self.refractory = np.maximum(committed, grown)
         try:
-            return decide(self, idx, score, stuck)
+            return decide(self, idx, score, *inputs)
         finally:
             self.refractory = committed
 
@@ -1120,11 +1120,11 @@ def spent_peaks(decay: float = 0.001) -> Prototype:
     within its budget (most of the benchmark's, with their one to three faults) keeps the committed decay."""
     decide = AlertGate.decide
 
-    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, *inputs: np.ndarray | None):
         # The committed decide subtracts peak_decay from every remembered peak; give back what it should not take.
         over = self.spent_[idx] * self._keep > self.budget
         self.peaks_[idx] = np.where(over[:, None], self.peaks_[idx] + (self.peak_decay - decay), self.peaks_[idx])
-        return decide(self, idx, score, stuck)
+        return decide(self, idx, score, *inputs)
 
     return _patching(AlertGate, decide=on_decide)
 

@@ -41,9 +41,9 @@ def scored_reading_clock() -> Iterator[None]:
     """The schedule's clock as it was: a stream's scored readings, so that a gap's missing steps do not count."""
     decide = AlertGate.decide
 
-    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, *inputs: np.ndarray | None):
         self.steps_[idx] = self.scored_[idx] + np.isfinite(score) - 1  # decide adds this step
-        return decide(self, idx, score, stuck)
+        return decide(self, idx, score, *inputs)
 
     with mock.patch.object(AlertGate, "decide", on_decide):
         yield

@@ -35,8 +35,8 @@ def gated(feed: Callable[[float], float]) -> Callable:
     """An ``AlertGate.decide`` that passes each call's (single-stream) score through ``feed``."""
     decide = AlertGate.decide
 
-    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, stuck: np.ndarray | None = None):
-        return decide(self, idx, np.array([feed(float(score[0]))]), stuck)
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, *inputs: np.ndarray | None):
+        return decide(self, idx, np.array([feed(float(score[0]))]), *inputs)
 
     return on_decide
 

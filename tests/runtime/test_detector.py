@@ -14,6 +14,7 @@ from trep_edge.runtime.core.detector import (
     REDUNDANCY_MIN_VALUES,
     SCHEDULE_MEMORY,
     DetectorConfig,
+    RangeRecord,
     RepresentationMemory,
     SignalStats,
     StepRecord,
@@ -883,8 +884,8 @@ def test_the_general_model_finds_a_jump_inside_a_daily_cycles_range_by_its_step_
     alerts = np.flatnonzero(detect_recording(engine, x[:, None]).alerts)
     assert len(alerts) == 1 and at <= alerts[0] < at + 100
     # The level alone misses the jump (with the quiet path off: its alert here, 100 readings after the shift ended,
-    # is not the jump's).
-    assert not detect_recording(engine, x[:, None], DetectorConfig(step_record=0, quiet=0)).alerts.any()
+    # is not the jump's; and the range off: 55 is just past the highest the cycle and its noise reached).
+    assert not detect_recording(engine, x[:, None], DetectorConfig(step_record=0, quiet=0, range_tol=0)).alerts.any()
 
 
 def test_a_state_saved_before_the_step_record_loads_with_a_fresh_one():
@@ -1379,6 +1380,67 @@ def test_a_noisy_channel_frozen_then_resuming_is_not_at_rest():
     rest, plain = _still_levels(REST, x), _still_levels(REST.with_overrides("rest_ratio=0"), x)
     np.testing.assert_array_equal(rest, plain)
     assert plain[1800] > 100  # the first reading after the freeze reads far out of the still window
+
+
+# RangeRecord: a reading beyond everything its channel has read
+
+
+def test_a_reading_leaves_its_range_only_by_a_jump_past_the_tolerance():
+    record = RangeRecord(channels=2, tol=0.1, n_streams=1)
+    lane = rows(0)
+
+    def beyond(a: float, b: float) -> bool:
+        return bool(record.beyond(lane, np.array([[a, b]]))[0])
+
+    assert not beyond(0.0, 5.0)  # nothing read yet
+    assert not beyond(1.0, 5.0)  # the second channel has not moved: nothing to leave
+    assert not any(beyond(1.0 + 0.05 * k, 5.0) for k in range(1, 200))  # a climb, step by step, never leaves
+    assert beyond(13.0, 5.0)  # 10.95 at most, 0.1 of 10.95 over it: 12.045
+    assert not beyond(11.0, 5.0) and not beyond(np.nan, 5.0)  # inside now; a missing reading leaves nothing
+    assert not beyond(5.0, 5.2) and beyond(5.0, 5.3)  # the other channel moves, then leaves: any channel counts
+    assert not beyond(-1.0, 5.0)  # 1 below the lowest, within 0.1 of the range of 13
+    assert record.lo_.tolist() == [[-1.0, 5.0]] and record.hi_.tolist() == [[13.0, 5.3]]
+    young = RangeRecord(channels=1, tol=0.1, least=3, n_streams=1)  # a range of too few readings is not left
+    assert [bool(young.beyond(lane, np.array([[v]]))[0]) for v in (0.0, np.nan, 1.0, 5.0, 9.0)] == [False] * 4 + [True]
+
+
+def _range_run(config, x, restore_at=None):
+    """The alerts and surprises of one single-channel lane fed readings ``x`` with plain distances and
+    representations, the detector's state saved and restored into a new one before reading ``restore_at``."""
+    detector = Detector(config, dims=2)
+    detector.add(streams=1, lanes=1)
+    one, rng = rows(0), np.random.default_rng(5)
+    alerts, surprise = [], np.full(len(x), np.nan)
+    for t in range(len(x)):
+        if t == restore_at:
+            saved, detector = detector.state_dict(), Detector(config, dims=2)
+            detector.load_state(npz_round_trip(saved))
+        out = detector.step(one, one, one, rng.lognormal(size=1), rng.normal(size=(1, 2)), None, None,
+                            x[None, t : t + 1])  # fmt: skip
+        alerts += [t] * bool(out.alert[0])
+        surprise[t] = out.surprise[0]
+    return alerts, surprise, detector
+
+
+def test_a_reading_beyond_its_channels_range_alerts_whatever_its_score_outside_the_refractory_period():
+    config = DetectorConfig(signals=("distance", "novelty"), min_count=50, range_tol=0.1)
+    x = np.random.default_rng(4).uniform(0.0, 1.0, 900)
+    x[20] = 5.0  # during warm-up: it alerts nothing, and widens the range all the same
+    x[400] = 5.6  # beyond 5.5
+    x[450] = 6.5  # beyond again, inside the refractory period of the last alert
+    x[700] = 7.3  # beyond 6.5 + 0.65
+    x[800] = 7.9  # within 0.73 of the range it made
+    alerts, surprise, detector = _range_run(config, x)
+    off, _, _ = _range_run(config.with_overrides("range_tol=0"), x)
+    assert sorted(set(alerts) - set(off)) == [400, 700] and set(off) <= set(alerts)
+    assert surprise[400] < config.threshold and surprise[700] < config.threshold  # the signals read them as ordinary
+    assert detector.range.hi_.tolist() == [[7.9]]
+    # Save and restore mid-stream equals an uninterrupted run; a checkpoint saved before the range starts it fresh.
+    assert _range_run(config, x, restore_at=600)[0] == alerts
+    old = {k: v for k, v in detector.state_dict().items() if not k.startswith("range/")}
+    fresh = Detector(config, dims=2)
+    fresh.load_state(old)
+    assert fresh.range.hi_.tolist() == [[-np.inf]]
 
 
 # a gap the windows restart after (Detector.resume)

@@ -297,7 +297,8 @@ class Monitor:
             ("detector/gate", self._detector.gate, "stream", 1), ("detector/memory", self._detector.memory, "lane", 1),
             ("detector/stats", self._detector.stats, "lane", 1), ("detector/steps", self._detector.steps, "lane", 1),
             ("detector/stuck", self._detector.stuck, "lane", 1), ("detector/seasons", self._detector.seasons, "lane", 1),
-            ("detector/rest", self._detector.rest, "lane", 1), ("tracker", self._tracker, "stream", 1),
+            ("detector/rest", self._detector.rest, "lane", 1), ("detector/range", self._detector.range, "lane", 1),
+            ("tracker", self._tracker, "stream", 1),
         ]  # fmt: skip
         if self._scaler is not None:
             holders.append(("scaler", self._scaler, "lane", self.engine.card.input_dims))
