@@ -97,13 +97,12 @@ def by_position(streams: list[Stream], alerts: list[np.ndarray]) -> dict[int, di
     ``missed``)."""
     rows: dict[int, dict[str, int]] = {}
     for stream, detections in zip(streams, alerts):
-        windows = nab_windows(len(detections), stream.events)
-        if len(windows) < 2:
-            continue
         parts = nab_parts(detections, stream.events)
+        if parts.windows < 2:
+            continue
         found = dict(parts.detected)
         onsets = first_onsets(len(detections), stream.events)
-        for k in range(len(windows)):
+        for k in range(parts.windows):
             row = rows.setdefault(k + 1, dict.fromkeys(("windows", "found", "found before onset", "missed"), 0))
             row["windows"] += 1
             row["found"] += k in found

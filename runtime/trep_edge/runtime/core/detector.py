@@ -1556,8 +1556,17 @@ class Detector:
         c = self.config
         return (c.seasonal_gain > 0 or c.seasonal_fit > 0) and c.deviation_window > 0 and "deviation" in c.signals
 
+    def parts(self) -> tuple[tuple[str, StreamState, str], ...]:
+        """Every part of the detector's state as (name, part, row space): the gate's rows are streams, every other
+        part's are lanes. ``state_dict`` prefixes each part's arrays with its name, and the monitor adds, removes and
+        saves rows through this one list, so a new part is one entry here. The memory comes first: ``load_state``
+        reads the number of lanes from it."""
+        return (("memory", self.memory, "lane"), ("stats", self.stats, "lane"), ("gate", self.gate, "stream"),
+                ("steps", self.steps, "lane"), ("stuck", self.stuck, "lane"), ("seasons", self.seasons, "lane"),
+                ("rest", self.rest, "lane"), ("range", self.range, "lane"))
+
     def _lane_parts(self) -> tuple[StreamState, ...]:
-        return (self.memory, self.stats, self.steps, self.stuck, self.seasons, self.rest, self.range)
+        return tuple(part for _, part, space in self.parts() if space == "lane")
 
     def add(self, streams: int, lanes: int) -> None:
         """Append fresh streams and lanes (numbered after the existing ones)."""
@@ -1852,15 +1861,11 @@ class Detector:
             for part in ("count_", "mean_", "var_", "recent_"):
                 getattr(s, part)[lanes[rows], k] = getattr(scratch, part)[rows, k]
 
-    def _parts(self) -> tuple[tuple[str, StreamState], ...]:
-        return (("memory", self.memory), ("stats", self.stats), ("gate", self.gate), ("steps", self.steps),
-                ("stuck", self.stuck), ("seasons", self.seasons), ("rest", self.rest), ("range", self.range))
-
     def state_dict(self) -> dict[str, np.ndarray]:
         """Every part's state as one flat dict of arrays (``memory/``, ``stats/``, ``gate/``, ``steps/``, ``stuck/``,
         ``seasons/``, ``rest/``, ``range/`` prefixes)."""
         state: dict[str, np.ndarray] = {}
-        for prefix, part in self._parts():
+        for prefix, part, _ in self.parts():
             state.update({f"{prefix}/{k}": v for k, v in part.state_dict().items()})
         return state
 
@@ -1869,12 +1874,12 @@ class Detector:
 
         Each part keeps this detector's configuration: a state saved before a setting existed (an earlier version's
         checkpoint) has no value for it, and its arrays for the setting start fresh; a state saved before the step
-        record, the stuck record, the seasonal record or the rest record gives every lane a fresh one. A seasonal
-        record kept at another size (by a version that compared a scheduled channel with one cycle only, a
-        stream-scaled model's saved before ``seasonal_fit``, or a detector that now keeps none) is laid into this
-        one's (``SeasonalRecord.adopted``). A representation memory of other dims (another model's, handed over)
+        record, the stuck record, the seasonal record, the rest record or the range record gives every lane a fresh
+        one. A seasonal record kept at another size (by a version that compared a scheduled channel with one cycle
+        only, a stream-scaled model's saved before ``seasonal_fit``, or a detector that now keeps none) is laid into
+        this one's (``SeasonalRecord.adopted``). A representation memory of other dims (another model's, handed over)
         starts empty."""
-        for prefix, part in self._parts():
+        for prefix, part, _ in self.parts():
             sub = {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(prefix + "/")}
             if prefix == "seasons" and "ring_" in sub and np.shape(sub["ring_"])[2:] != (self.seasons.size,):
                 self.seasons = self.seasons.adopted(sub)

@@ -294,10 +294,7 @@ class Monitor:
         streams and lanes goes through this list, so a new holder is one line here."""
         holders: list[tuple[str, StreamState, str, int]] = [
             ("monitor/streams", self._stream_rows, "stream", 1), ("monitor/lanes", self._lane_rows, "lane", 1),
-            ("detector/gate", self._detector.gate, "stream", 1), ("detector/memory", self._detector.memory, "lane", 1),
-            ("detector/stats", self._detector.stats, "lane", 1), ("detector/steps", self._detector.steps, "lane", 1),
-            ("detector/stuck", self._detector.stuck, "lane", 1), ("detector/seasons", self._detector.seasons, "lane", 1),
-            ("detector/rest", self._detector.rest, "lane", 1), ("detector/range", self._detector.range, "lane", 1),
+            *((f"detector/{name}", part, space, 1) for name, part, space in self._detector.parts()),
             ("tracker", self._tracker, "stream", 1),
         ]  # fmt: skip
         if self._scaler is not None:
