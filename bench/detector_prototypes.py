@@ -111,6 +111,8 @@ Prototypes (``KIND:key=value;...``, each key optional):
 - ``lone-model`` (``floor``, ``cap``): a lane whose ``deviation`` surprise is under ``floor`` scores at most ``cap``
   (just under the threshold by default): the model's signals alone, with the reading ordinary against its window,
   cannot alert through the plain bar.
+- ``surprise-scores``: every alert scores its own surprise, as before the scores said what the gate decided (an
+  alert below the threshold keeps its lower score); the alerts are the committed ones, only the tuned figure moves.
 - ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
   own degrees of freedom (0: the Gaussian) instead of ``tail_dof`` for all.
 - ``segment-novelty`` (``k``): ``novelty`` of the mean of the lane's last ``k`` representations instead of the last
@@ -134,7 +136,7 @@ import math
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable, Iterator
 from unittest import mock
@@ -1233,6 +1235,19 @@ def lone_model(floor: float = 2.0, cap: float = 3.9) -> Prototype:
     return _patching(detector_module.Detector, combine=on_combine)
 
 
+def surprise_scores() -> Prototype:
+    """Every alert scores its own surprise, as before the scores said what the gate decided: an alert below the
+    threshold (the quiet, range and stuck paths) keeps its lower score, which a threshold swept over the scores
+    misses. The alerts are the committed ones; only the corpus-tuned figure can move."""
+    step = detector_module.Detector.step
+
+    def on_step(self: detector_module.Detector, *args: object) -> detector_module.DetectorStep:
+        out = step(self, *args)
+        return replace(out, score=np.where(out.alert & ~out.warming, out.surprise, out.score))
+
+    return _patching(detector_module.Detector, step=on_step)
+
+
 def signal_tail(dofs: str = "8/8/4") -> Prototype:
     """Each signal judged under a tail of its own (``dofs``, ``/``-separated even degrees of freedom in ``SIGNALS``
     order, 0 for the Gaussian) instead of ``tail_dof`` for all: the plain-value ``deviation`` is what alarms on
@@ -1443,6 +1458,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "growing-refractory": growing_refractory, "spent-peaks": spent_peaks, "calibrated": calibrated, "cross": cross,
     "phase-novelty": phase_novelty, "lone-model": lone_model, "relative-distance": relative_distance,
     "signal-weight": signal_weight, "full-novelty": full_novelty, "cycle-profile": cycle_profile,
+    "surprise-scores": surprise_scores,
 }  # fmt: skip
 
 

@@ -1405,12 +1405,12 @@ def test_a_reading_leaves_its_range_only_by_a_jump_past_the_tolerance():
 
 
 def _range_run(config, x, restore_at=None):
-    """The alerts and surprises of one single-channel lane fed readings ``x`` with plain distances and
+    """The alerts, surprises and scores of one single-channel lane fed readings ``x`` with plain distances and
     representations, the detector's state saved and restored into a new one before reading ``restore_at``."""
     detector = Detector(config, dims=2)
     detector.add(streams=1, lanes=1)
     one, rng = rows(0), np.random.default_rng(5)
-    alerts, surprise = [], np.full(len(x), np.nan)
+    alerts, surprise, score = [], np.full(len(x), np.nan), np.full(len(x), np.nan)
     for t in range(len(x)):
         if t == restore_at:
             saved, detector = detector.state_dict(), Detector(config, dims=2)
@@ -1418,8 +1418,8 @@ def _range_run(config, x, restore_at=None):
         out = detector.step(one, one, one, rng.lognormal(size=1), rng.normal(size=(1, 2)), None, None,
                             x[None, t : t + 1])  # fmt: skip
         alerts += [t] * bool(out.alert[0])
-        surprise[t] = out.surprise[0]
-    return alerts, surprise, detector
+        surprise[t], score[t] = out.surprise[0], out.score[0]
+    return alerts, surprise, score, detector
 
 
 def test_a_reading_beyond_its_channels_range_alerts_whatever_its_score_outside_the_refractory_period():
@@ -1430,10 +1430,13 @@ def test_a_reading_beyond_its_channels_range_alerts_whatever_its_score_outside_t
     x[450] = 6.5  # beyond again, inside the refractory period of the last alert
     x[700] = 7.3  # beyond 6.5 + 0.65
     x[800] = 7.9  # within 0.73 of the range it made
-    alerts, surprise, detector = _range_run(config, x)
-    off, _, _ = _range_run(config.with_overrides("range_tol=0"), x)
+    alerts, surprise, score, detector = _range_run(config, x)
+    off = _range_run(config.with_overrides("range_tol=0"), x)[0]
     assert sorted(set(alerts) - set(off)) == [400, 700] and set(off) <= set(alerts)
     assert surprise[400] < config.threshold and surprise[700] < config.threshold  # the signals read them as ordinary
+    # The score says what the gate decided: the committed threshold over the scores counts exactly the alerts.
+    assert np.flatnonzero(score >= config.threshold).tolist() == alerts
+    assert score[400] == config.threshold and score[700] == config.threshold
     assert detector.range.hi_.tolist() == [[7.9]]
     # Save and restore mid-stream equals an uninterrupted run; a checkpoint saved before the range starts it fresh.
     assert _range_run(config, x, restore_at=600)[0] == alerts

@@ -64,6 +64,23 @@ def test_quiet_record_adds_alerts_only_while_patched(tmp_path):
     assert (gaps > config.refractory).all()  # the refractory period holds for the second path too
 
 
+def test_surprise_scores_gives_each_alert_its_own_surprise_only_while_patched(tmp_path):
+    engine = load_engine(ROOT / "models" / "general.onnx", "cpu")
+    values = _stream().values.copy()
+    values[600, 0] = 5.0  # far past the cycle's range: alerts by the range path, whatever its score
+    stream = Stream("spike", "synthetic", ["c0"], values, [(600, 600)])
+    tape = prototypes.dr.capture(engine, stream, tmp_path)[0]
+    config = DetectorConfig().with_overrides("threshold=50")  # every alert comes from a path below the threshold
+    args = ([tape], config, engine.card.detector_prior, [len(values)])
+    (score, alerts), = replay(*args)
+    with prototypes.parse("surprise-scores").patches():
+        (own, same), = replay(*args)
+    assert alerts[600] and np.array_equal(same, alerts)
+    assert (score[alerts] == 50).all() and (own[alerts] < 50).all()  # committed: raised to the threshold
+    assert np.array_equal(own[~alerts], score[~alerts], equal_nan=True)  # the other readings are as committed
+    assert np.array_equal(replay(*args)[0][0], score, equal_nan=True)  # unpatched again
+
+
 def _levels(stream: Stream, tape: list, spec: str) -> np.ndarray:
     """The ``deviation`` level each row of ``stream`` gets from ``spec``'s rewrite of its tape (NaN: none)."""
     steps = [c[6][0, 0, 0] if c[6] is not None else np.nan for c in prototypes.parse(spec).rewrite(stream, tape)

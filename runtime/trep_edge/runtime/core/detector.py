@@ -1498,7 +1498,9 @@ class DetectorStep:
 
     ``surprise`` is the corrected surprise of every scored reading; ``score`` equals it on the readings that alert
     and is held just below the threshold on the others (the refractory period, the rest of an alerted run), so a
-    threshold applied to ``score`` never counts a reading the detector decided not to alert on. NaN while warming.
+    threshold applied to ``score`` never counts a reading the detector decided not to alert on. An alert below the
+    threshold (the quiet, range and stuck paths) scores the threshold, so the committed threshold applied to
+    ``score`` counts exactly the alerts. NaN while warming.
     """
 
     score: np.ndarray  # [n]
@@ -1727,7 +1729,10 @@ class Detector:
         remembered = (valid & ~paused) if self.config.memory_alerts else baseline
         self.memory.remember(lanes[remembered], z[remembered])
         total = np.fmax(score, stuck)  # a stuck run's surprise holds its episode open while the run lasts
-        held = np.where(alert, total, np.fmin(total, np.nextafter(self.config.threshold, -np.inf)))
+        # The score says what the gate decided: an alert below the threshold (quiet, range, stuck) is raised to it,
+        # or a threshold swept over the scores would miss those alerts and still feel their refractory periods.
+        threshold = self.config.threshold
+        held = np.where(alert, np.fmax(total, threshold), np.fmin(total, np.nextafter(threshold, -np.inf)))
         return DetectorStep(np.where(warming, np.nan, held), total, alert, warming, winner, lane_score,
                             judged_signals, judged_deviation, frozen)  # fmt: skip
 
