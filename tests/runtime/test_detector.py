@@ -886,6 +886,10 @@ def test_the_general_model_finds_a_jump_inside_a_daily_cycles_range_by_its_step_
     # The level alone misses the jump (with the quiet path off: its alert here, 100 readings after the shift ended,
     # is not the jump's; and the range off: 55 is just past the highest the cycle and its noise reached).
     assert not detect_recording(engine, x[:, None], DetectorConfig(step_record=0, quiet=0, range_tol=0)).alerts.any()
+    # With the range on it alerts again, and the episode names the range as its cause (its score is below the bar).
+    ranged = detect_recording(engine, x[:, None], DetectorConfig(step_record=0, quiet=0)).events
+    raised = [(t, cause) for t, state, _, _, cause in ranged if state == "raised"]
+    assert len(raised) == 1 and at <= raised[0][0] < at + 100 and raised[0][1] == "range"
 
 
 def test_a_state_saved_before_the_step_record_loads_with_a_fresh_one():
@@ -1405,12 +1409,12 @@ def test_a_reading_leaves_its_range_only_by_a_jump_past_the_tolerance():
 
 
 def _range_run(config, x, restore_at=None):
-    """The alerts, surprises and scores of one single-channel lane fed readings ``x`` with plain distances and
+    """The alerts, surprises, scores and range alerts of one single-channel lane fed readings ``x`` with plain distances and
     representations, the detector's state saved and restored into a new one before reading ``restore_at``."""
     detector = Detector(config, dims=2)
     detector.add(streams=1, lanes=1)
     one, rng = rows(0), np.random.default_rng(5)
-    alerts, surprise, score = [], np.full(len(x), np.nan), np.full(len(x), np.nan)
+    alerts, ranged, surprise, score = [], [], np.full(len(x), np.nan), np.full(len(x), np.nan)
     for t in range(len(x)):
         if t == restore_at:
             saved, detector = detector.state_dict(), Detector(config, dims=2)
@@ -1418,8 +1422,9 @@ def _range_run(config, x, restore_at=None):
         out = detector.step(one, one, one, rng.lognormal(size=1), rng.normal(size=(1, 2)), None, None,
                             x[None, t : t + 1])  # fmt: skip
         alerts += [t] * bool(out.alert[0])
+        ranged += [t] * bool(out.ranged[0])
         surprise[t], score[t] = out.surprise[0], out.score[0]
-    return alerts, surprise, score, detector
+    return alerts, surprise, score, detector, ranged
 
 
 def test_a_reading_beyond_its_channels_range_alerts_whatever_its_score_outside_the_refractory_period():
@@ -1430,7 +1435,8 @@ def test_a_reading_beyond_its_channels_range_alerts_whatever_its_score_outside_t
     x[450] = 6.5  # beyond again, inside the refractory period of the last alert
     x[700] = 7.3  # beyond 6.5 + 0.65
     x[800] = 7.9  # within 0.73 of the range it made
-    alerts, surprise, score, detector = _range_run(config, x)
+    alerts, surprise, score, detector, ranged = _range_run(config, x)
+    assert ranged == [400, 700]  # the alerts name their cause
     off = _range_run(config.with_overrides("range_tol=0"), x)[0]
     assert sorted(set(alerts) - set(off)) == [400, 700] and set(off) <= set(alerts)
     assert surprise[400] < config.threshold and surprise[700] < config.threshold  # the signals read them as ordinary

@@ -87,7 +87,9 @@ class AlertEvent:
     score: float
     threshold: float
     episode: int  # 1, 2, ... per stream; stable across the raised/updated/cleared events of one episode
-    cause: str = "anomaly"  # what raised the episode: "anomaly" (the anomaly score) | "stuck" (a frozen channel)
+    # What raised the episode: "anomaly" (the anomaly score) | "stuck" (a frozen channel) | "range" (a reading beyond
+    # everything its channel had read, ``detector.RangeRecord``).
+    cause: str = "anomaly"
 
     def alert_id(self, stream_name: str) -> str:
         """Return the episode's stable id, ``"{stream_name}-{episode}"``."""
@@ -99,7 +101,8 @@ class AlertTracker(StreamState):
 
     State, all ``[S]``: ``active_`` (episode open), ``severity_`` (peak severity index, 0 when idle),
     ``below_run_`` (consecutive clear-level readings while active), ``episode_`` (episodes raised so far),
-    ``stuck_`` (the open episode was raised by a stuck sensor, ``detector.StuckRecord``).
+    ``stuck_`` (the open episode was raised by a stuck sensor, ``detector.StuckRecord``), ``ranged_`` (by a reading
+    beyond its channel's range, ``detector.RangeRecord``).
     """
 
     def __init__(self, config: AlertConfig | None = None, n_streams: int = 0) -> None:
@@ -113,6 +116,7 @@ class AlertTracker(StreamState):
             "below_run_": np.zeros(n, dtype=np.int64),
             "episode_": np.zeros(n, dtype=np.int64),
             "stuck_": np.zeros(n, dtype=bool),
+            "ranged_": np.zeros(n, dtype=bool),
         }
 
     def _config(self) -> dict[str, Any]:
@@ -138,10 +142,11 @@ class AlertTracker(StreamState):
 
     def step(
         self, stream_idx: np.ndarray, scores: np.ndarray, thresholds: np.ndarray | float, alerts: np.ndarray,
-        stuck: np.ndarray | None = None,
+        stuck: np.ndarray | None = None, ranged: np.ndarray | None = None,
     ) -> list[AlertEvent]:
-        """Advance the selected streams by one reading each (score, threshold, the detector's alert flag and whether
-        that alert is a stuck sensor's); return the events, in ``stream_idx`` order."""
+        """Advance the selected streams by one reading each (score, threshold, the detector's alert flag, and whether
+        that alert is a stuck sensor's or a reading's beyond its channel's range); return the events, in
+        ``stream_idx`` order. An episode keeps the cause that raised it until it clears."""
         cfg = self.config
         idx = self._rows(stream_idx, scores, "scores")
         score = np.asarray(scores, dtype=np.float64)
@@ -167,15 +172,19 @@ class AlertTracker(StreamState):
         self.severity_[idx] = np.where(cleared, 0, peak)
         self.below_run_[idx] = np.where(active & ~cleared, below_run, 0)
         self.episode_[idx] = episode
-        frozen = self.stuck_[idx]
-        if stuck is not None:
-            frozen = np.where(raised, np.broadcast_to(np.asarray(stuck, dtype=bool), idx.shape), frozen)
-        self.stuck_[idx] = frozen & ~cleared
+        causes = []
+        for flags, given in ((self.stuck_, stuck), (self.ranged_, ranged)):
+            held = flags[idx]
+            if given is not None:
+                held = np.where(raised, np.broadcast_to(np.asarray(given, dtype=bool), idx.shape), held)
+            flags[idx] = held & ~cleared
+            causes.append(held)
+        cause = np.select(causes, ["stuck", "range"], "anomaly")
 
         state = np.select([raised, updated, cleared], ["raised", "updated", "cleared"], "")
         return [
             AlertEvent(int(idx[i]), str(state[i]), SEVERITIES[peak[i]], float(score[i]), float(thr[i]), int(episode[i]),
-                       "stuck" if frozen[i] else "anomaly")
+                       str(cause[i]))
             for i in np.flatnonzero(state != "")
         ]
 

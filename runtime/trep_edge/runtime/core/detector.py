@@ -1512,6 +1512,7 @@ class DetectorStep:
     signals: np.ndarray  # [m, K] each lane's log-signals (NaN = none)
     deviation: np.ndarray  # [m, C] each lane's channels' deviation, steps folded in (NaN = none; explanations)
     stuck: np.ndarray  # [n] bool: the alert is a stuck sensor's (``StuckRecord``), not the anomaly score's
+    ranged: np.ndarray  # [n] bool: the alert is the range's (``RangeRecord``): its reading left it, its score is low
 
 
 class Detector:
@@ -1733,8 +1734,10 @@ class Detector:
         # or a threshold swept over the scores would miss those alerts and still feel their refractory periods.
         threshold = self.config.threshold
         held = np.where(alert, np.fmax(total, threshold), np.fmin(total, np.nextafter(threshold, -np.inf)))
+        # Named by the range only where the score stays below the threshold: a loud reading is the score's alert.
+        ranged = alert & ~frozen & (False if beyond is None else beyond) & ~(score >= threshold)
         return DetectorStep(np.where(warming, np.nan, held), total, alert, warming, winner, lane_score,
-                            judged_signals, judged_deviation, frozen)  # fmt: skip
+                            judged_signals, judged_deviation, frozen, ranged)  # fmt: skip
 
     def _seasonal_levels(
         self, lanes: np.ndarray, reading: np.ndarray | None, plain: np.ndarray | None,

@@ -139,7 +139,7 @@ class AlertOut:
     timestamp: float
     # Raised and updated alerts with [alerts] explain: each channel's contribution to the score (explain.py).
     explanation: Explanation | None = None
-    cause: str = "anomaly"  # what raised the episode: "anomaly" | "stuck" (a channel frozen at one value)
+    cause: str = "anomaly"  # what raised the episode: "anomaly" | "stuck" (a channel frozen at one value) | "range"
 
 
 @dataclass
@@ -547,7 +547,7 @@ class Monitor:
         threshold = self.detector_config.threshold
         # Episodes follow the surprise (severity, clear), and open on the detector's alerts only.
         events = self._tracker.step(streams, np.where(out.warming, np.nan, out.surprise), threshold, out.alert,
-                                    out.stuck)  # fmt: skip
+                                    out.stuck, out.ranged)  # fmt: skip
 
         is_reading = np.zeros(len(streams), dtype=bool)
         np.logical_or.at(is_reading, lane_of, batch.reading[rows])

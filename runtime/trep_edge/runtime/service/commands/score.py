@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the config module loads only when the command runs
     from trep_edge.runtime.service.config import MonitorConfig
 
 
-CAUSE_WORDS = {"stuck": "stuck sensor", "implausible": "sensor fault: implausible value",
+CAUSE_WORDS = {"stuck": "stuck sensor", "range": "beyond its range", "implausible": "sensor fault: implausible value",
                "disconnected": "sensor fault: disconnected"}
 """How an episode's cause reads in the summary (an anomaly episode needs no word beyond its severity)."""
 
