@@ -111,6 +111,10 @@ Prototypes (``KIND:key=value;...``, each key optional):
 - ``lone-model`` (``floor``, ``cap``): a lane whose ``deviation`` surprise is under ``floor`` scores at most ``cap``
   (just under the threshold by default): the model's signals alone, with the reading ordinary against its window,
   cannot alert through the plain bar.
+- ``mean-range`` (``k``, ``lag``, ``tol``, ``after``): a lane also leaves its range (``RangeRecord``) when the mean of
+  a channel's last ``k`` readings lies more than ``tol`` of the range of such means beyond every one that ended at
+  least ``lag`` readings earlier (default ``k``), once ``after`` means are recorded: a sustained shift or a drift
+  inside a noisy channel's spread of single readings.
 - ``surprise-scores``: every alert scores its own surprise, as before the scores said what the gate decided (an
   alert below the threshold keeps its lower score); the alerts are the committed ones, only the tuned figure moves.
 - ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
@@ -1248,6 +1252,43 @@ def surprise_scores() -> Prototype:
     return _patching(detector_module.Detector, step=on_step)
 
 
+def mean_range(k: float = 16, lag: float = -1, tol: float = 0.1, after: float = 300) -> Prototype:
+    """A lane also leaves its range when the mean of a channel's last ``k`` readings lies more than ``tol`` of the
+    range of such means beyond every one that ended at least ``lag`` readings earlier (-1: ``k``), once ``after``
+    means are recorded: a sustained shift or a drift inside a noisy channel's spread of single readings."""
+    k, lag, after = int(k), int(k if lag < 0 else lag), int(after)
+    fresh, beyond = detector_module.RangeRecord._fresh, detector_module.RangeRecord.beyond
+
+    def on_fresh(self: detector_module.RangeRecord, n: int) -> dict[str, np.ndarray]:
+        c = self.channels
+        return {**fresh(self, n), "ring_": np.full((n, c, k), np.nan), "queue_": np.full((n, c, max(lag, 1)), np.nan),
+                "mlo_": np.full((n, c), np.inf), "mhi_": np.full((n, c), -np.inf), "mseen_": np.zeros(n, dtype=np.int64)}
+
+    def on_beyond(self: detector_module.RangeRecord, idx: np.ndarray, reading: np.ndarray) -> np.ndarray:
+        plain = beyond(self, idx, reading)
+        x = np.asarray(reading, dtype=np.float64).reshape(len(idx), self.channels)
+        ring = self.ring_[idx]
+        ring[:, :, 0] = x  # over the oldest of the last k, which the roll below brings to slot 0
+        mean = ring.mean(axis=2)  # NaN until k readings in a row
+        lo, hi = self.mlo_[idx], self.mhi_[idx]
+        span = hi - lo
+        known = np.isfinite(span) & (span > 0) & (self.mseen_[idx] >= after)[:, None]
+        margin = tol * np.where(known, span, 0.0)
+        with np.errstate(invalid="ignore"):
+            out = known & ((mean > hi + margin) | (mean < lo - margin))
+        queue = self.queue_[idx]
+        old = queue[:, :, -1] if lag else mean
+        queue = np.roll(queue, 1, axis=2)
+        queue[:, :, 0] = mean
+        self.queue_[idx] = queue
+        self.mlo_[idx], self.mhi_[idx] = np.fmin(lo, old), np.fmax(hi, old)
+        self.mseen_[idx] += np.isfinite(old).any(axis=1)
+        self.ring_[idx] = np.roll(ring, 1, axis=2)
+        return plain | out.any(axis=1)
+
+    return _patching(detector_module.RangeRecord, _fresh=on_fresh, beyond=on_beyond)
+
+
 def signal_tail(dofs: str = "8/8/4") -> Prototype:
     """Each signal judged under a tail of its own (``dofs``, ``/``-separated even degrees of freedom in ``SIGNALS``
     order, 0 for the Gaussian) instead of ``tail_dof`` for all: the plain-value ``deviation`` is what alarms on
@@ -1458,7 +1499,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "growing-refractory": growing_refractory, "spent-peaks": spent_peaks, "calibrated": calibrated, "cross": cross,
     "phase-novelty": phase_novelty, "lone-model": lone_model, "relative-distance": relative_distance,
     "signal-weight": signal_weight, "full-novelty": full_novelty, "cycle-profile": cycle_profile,
-    "surprise-scores": surprise_scores,
+    "surprise-scores": surprise_scores, "mean-range": mean_range,
 }  # fmt: skip
 
 
