@@ -115,6 +115,10 @@ Prototypes (``KIND:key=value;...``, each key optional):
   a channel's last ``k`` readings lies more than ``tol`` of the range of such means beyond every one that ended at
   least ``lag`` readings earlier (default ``k``), once ``after`` means are recorded: a sustained shift or a drift
   inside a noisy channel's spread of single readings.
+- ``phase-range`` (``tol``, ``cycles``, ``width``, ``need``): a lane also leaves its range when a channel with a cycle
+  (``SeasonalRecord``) reads more than ``tol`` of its whole range beyond every reading at the same moment (within
+  ``width`` of a cycle) of its last ``cycles`` cycles the seasonal record holds, once it holds ``need``: a normal value
+  at the wrong moment of the cycle.
 - ``surprise-scores``: every alert scores its own surprise, as before the scores said what the gate decided (an
   alert below the threshold keeps its lower score); the alerts are the committed ones, only the tuned figure moves.
 - ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
@@ -1289,6 +1293,53 @@ def mean_range(k: float = 16, lag: float = -1, tol: float = 0.1, after: float = 
     return _patching(detector_module.RangeRecord, _fresh=on_fresh, beyond=on_beyond)
 
 
+def phase_range(tol: float = 0.1, cycles: float = 7, width: float = 0.02, need: float = 3) -> Prototype:
+    """A lane also leaves its range when a channel with a cycle (``SeasonalRecord.period_``) reads more than ``tol``
+    of its whole range (``RangeRecord``) beyond every reading at the same moment (within ``width`` of a cycle) of its
+    last ``cycles`` cycles that the seasonal record still holds, once it holds ``need`` of them: a normal value at
+    the wrong moment of the cycle."""
+    cycles, need = int(cycles), int(need)
+    step, beyond = detector_module.Detector.step, detector_module.RangeRecord.beyond
+
+    def on_step(self: detector_module.Detector, *args: object) -> detector_module.DetectorStep:
+        self.range._seasons = self.seasons  # the record the range's check reads (written before it in the step)
+        return step(self, *args)
+
+    def on_beyond(self: detector_module.RangeRecord, idx: np.ndarray, reading: np.ndarray) -> np.ndarray:
+        seasons = getattr(self, "_seasons", None)
+        x = np.asarray(reading, dtype=np.float64).reshape(len(idx), self.channels)
+        span = (self.hi_[idx] - self.lo_[idx]).copy()
+        plain = beyond(self, idx, reading)
+        if seasons is None or not seasons.size:
+            return plain
+        period = seasons.period_[idx]
+        rows, ch = np.nonzero((period > 0) & np.isfinite(x) & np.isfinite(span) & (span > 0)
+                              & (self.seen_[idx] >= self.least)[:, None])  # fmt: skip
+        out = np.zeros(len(idx), dtype=bool)
+        for r, c in zip(rows.tolist(), ch.tolist()):
+            lane, p = int(idx[r]), int(period[r, c])
+            t = int(seasons.seen_[lane]) - 1  # the reading's slot: the step pushed it before this check
+            w = max(1, round(width * p))
+            reach = [j * p for j in range(1, cycles + 1) if j * p + w <= t and j * p + w < seasons.size]
+            if len(reach) < need:
+                continue
+            back = np.concatenate([t - j + np.arange(-w, w + 1) for j in reach])
+            seen = seasons.ring_[lane, c, back % seasons.size].astype(np.float64)
+            if not np.isfinite(seen).any():
+                continue
+            lo, hi, margin = np.nanmin(seen), np.nanmax(seen), tol * span[r, c]
+            out[r] |= bool(x[r, c] > hi + margin or x[r, c] < lo - margin)
+        return plain | out
+
+    @contextmanager
+    def patches() -> Iterator[None]:
+        with mock.patch.object(detector_module.Detector, "step", on_step), \
+                mock.patch.object(detector_module.RangeRecord, "beyond", on_beyond):
+            yield
+
+    return Prototype(patches)
+
+
 def signal_tail(dofs: str = "8/8/4") -> Prototype:
     """Each signal judged under a tail of its own (``dofs``, ``/``-separated even degrees of freedom in ``SIGNALS``
     order, 0 for the Gaussian) instead of ``tail_dof`` for all: the plain-value ``deviation`` is what alarms on
@@ -1499,7 +1550,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "growing-refractory": growing_refractory, "spent-peaks": spent_peaks, "calibrated": calibrated, "cross": cross,
     "phase-novelty": phase_novelty, "lone-model": lone_model, "relative-distance": relative_distance,
     "signal-weight": signal_weight, "full-novelty": full_novelty, "cycle-profile": cycle_profile,
-    "surprise-scores": surprise_scores, "mean-range": mean_range,
+    "surprise-scores": surprise_scores, "mean-range": mean_range, "phase-range": phase_range,
 }  # fmt: skip
 
 

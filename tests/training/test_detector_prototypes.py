@@ -11,6 +11,7 @@ from trep_edge.runtime.core.detector import (
     MODEL_SIGNALS, SIGNALS, AlertGate, DetectorConfig, RangeRecord, SignalPrior, SignalStats,
 )
 from trep_edge.runtime.core.engine import load_engine
+from trep_edge.runtime.core.seasonal import SeasonalRecord
 from trep_edge.training.evaluation.detection_corpus import Stream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +99,34 @@ def test_mean_range_finds_a_shift_of_the_mean_inside_the_readings_range_only_whi
     # Its weakness, measured on the corpus as false alarms: a young record of means is narrow, and with the lag the
     # means just before a reading cannot widen it, so stationary noise leaves it in runs too.
     assert shifted[:1000].any()
+
+
+def test_phase_range_finds_a_peak_at_a_troughs_moment_inside_the_range_only_while_patched():
+    rng = np.random.default_rng(2)
+    x = np.sin(2 * np.pi * np.arange(1600) / 24) + rng.normal(0, 0.05, 1600)
+    x[1530] = 1.0  # a trough's moment (1530 = 63.75 cycles) at the peak's level: inside the range, not the moment's
+
+    def left() -> np.ndarray:
+        seasons, record = SeasonalRecord(1, 128, 750, n_streams=1), RangeRecord(1, 0.1, 300, n_streams=1)
+        record._seasons = seasons  # as the prototype's step gives it, the reading pushed before the range's check
+        out = []
+        for v in x:
+            seasons.push(np.array([0]), np.array([[v]]))
+            out.append(bool(record.beyond(np.array([0]), np.array([[v]]))[0]))
+        return np.array(out)
+
+    with prototypes.parse("phase-range").patches():
+        moments = left()
+    assert _found_period(x) == 24
+    assert not left().any() and np.flatnonzero(moments).tolist() == [1530]
+
+
+def _found_period(x: np.ndarray) -> int:
+    """The cycle ``SeasonalRecord`` finds in the first 750 readings of ``x``."""
+    seasons = SeasonalRecord(1, 128, 750, n_streams=1)
+    for v in x[:750]:
+        seasons.push(np.array([0]), np.array([[v]]))
+    return int(seasons.period_[0, 0])
 
 
 def _levels(stream: Stream, tape: list, spec: str) -> np.ndarray:
