@@ -119,6 +119,8 @@ Prototypes (``KIND:key=value;...``, each key optional):
   (``SeasonalRecord``) reads more than ``tol`` of its whole range beyond every reading at the same moment (within
   ``width`` of a cycle) of its last ``cycles`` cycles the seasonal record holds, once it holds ``need``: a normal value
   at the wrong moment of the cycle.
+- ``range-free``: an alert of the range path alone (its reading left its range, its score below the threshold)
+  spends none of the stream's alert budget.
 - ``surprise-scores``: every alert scores its own surprise, as before the scores said what the gate decided (an
   alert below the threshold keeps its lower score); the alerts are the committed ones, only the tuned figure moves.
 - ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
@@ -1340,6 +1342,23 @@ def phase_range(tol: float = 0.1, cycles: float = 7, width: float = 0.02, need: 
     return Prototype(patches)
 
 
+def range_free() -> Prototype:
+    """An alert of the range path alone (its reading left its range, its score below the threshold) spends none of
+    the stream's alert budget: each one widens the range, so they are rare by construction."""
+    decide = AlertGate.decide
+
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, *inputs: np.ndarray | None):
+        out = decide(self, idx, score, *inputs)
+        beyond = inputs[1] if len(inputs) > 1 and inputs[1] is not None else None
+        if beyond is not None:
+            with np.errstate(invalid="ignore"):
+                ranged = out[0] & ~out[3] & np.asarray(beyond, dtype=bool) & ~(score >= self.threshold)
+            self.spent_[idx[ranged]] -= 1
+        return out
+
+    return _patching(AlertGate, decide=on_decide)
+
+
 def signal_tail(dofs: str = "8/8/4") -> Prototype:
     """Each signal judged under a tail of its own (``dofs``, ``/``-separated even degrees of freedom in ``SIGNALS``
     order, 0 for the Gaussian) instead of ``tail_dof`` for all: the plain-value ``deviation`` is what alarms on
@@ -1551,6 +1570,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "phase-novelty": phase_novelty, "lone-model": lone_model, "relative-distance": relative_distance,
     "signal-weight": signal_weight, "full-novelty": full_novelty, "cycle-profile": cycle_profile,
     "surprise-scores": surprise_scores, "mean-range": mean_range, "phase-range": phase_range,
+    "range-free": range_free,
 }  # fmt: skip
 
 

@@ -101,6 +101,17 @@ def test_mean_range_finds_a_shift_of_the_mean_inside_the_readings_range_only_whi
     assert shifted[:1000].any()
 
 
+def test_range_free_leaves_the_budget_unspent_by_a_range_alert_only_while_patched():
+    def spent(ranged: bool) -> float:
+        gate = AlertGate(threshold=4.0, min_count=1, refractory=0, protect=10, n_streams=1)
+        gate.decide(np.array([0]), np.array([1.0]), None, np.array([ranged]))
+        return float(gate.spent_[0])
+
+    with prototypes.parse("range-free").patches():
+        assert spent(True) == 0.0 and spent(False) == 0.0  # a range alert, and no alert
+    assert spent(True) == 1.0  # committed: the range alert spends one
+
+
 def test_phase_range_finds_a_peak_at_a_troughs_moment_inside_the_range_only_while_patched():
     rng = np.random.default_rng(2)
     x = np.sin(2 * np.pi * np.arange(1600) / 24) + rng.normal(0, 0.05, 1600)
