@@ -1268,7 +1268,8 @@ def mean_range(k: float = 16, lag: float = -1, tol: float = 0.1, after: float = 
     def on_fresh(self: detector_module.RangeRecord, n: int) -> dict[str, np.ndarray]:
         c = self.channels
         return {**fresh(self, n), "ring_": np.full((n, c, k), np.nan), "queue_": np.full((n, c, max(lag, 1)), np.nan),
-                "mlo_": np.full((n, c), np.inf), "mhi_": np.full((n, c), -np.inf), "mseen_": np.zeros(n, dtype=np.int64)}
+                "mlo_": np.full((n, c), np.inf), "mhi_": np.full((n, c), -np.inf),
+                "mseen_": np.zeros(n, dtype=np.int64)}
 
     def on_beyond(self: detector_module.RangeRecord, idx: np.ndarray, reading: np.ndarray) -> np.ndarray:
         plain = beyond(self, idx, reading)

@@ -83,8 +83,10 @@ def test_an_episode_keeps_the_cause_that_raised_it_until_it_clears():
     restored = AlertTracker.from_state({k: v for k, v in tracker.state_dict().items() if k != "stuck_"})
     assert not restored.stuck_.any()  # a checkpoint from before causes: its open episodes are anomalies
     # A reading beyond its channel's range raises a `range` episode; a stuck sensor's flag wins where both are set.
-    ranged = lambda scores, alerts, stuck, beyond: [(e.stream_idx, e.state, e.cause) for e in tracker.step(  # noqa: E731
-        np.array([0, 1]), np.array(scores), 4.0, np.array(alerts), np.array(stuck), np.array(beyond))]  # fmt: skip
+    def ranged(scores, alerts, stuck, beyond):
+        return [(e.stream_idx, e.state, e.cause) for e in tracker.step(
+            np.array([0, 1]), np.array(scores), 4.0, np.array(alerts), np.array(stuck), np.array(beyond))]
+
     assert ranged([1.0, 1.0], [False, False], [False, False], [True, True]) == [(0, "cleared", "anomaly")]
     assert ranged([3.0, 5.0], [True, True], [False, True], [True, True]) == [(0, "raised", "range"),
                                                                            (1, "raised", "stuck")]

@@ -1409,8 +1409,9 @@ def test_a_reading_leaves_its_range_only_by_a_jump_past_the_tolerance():
 
 
 def _range_run(config, x, restore_at=None):
-    """The alerts, surprises, scores and range alerts of one single-channel lane fed readings ``x`` with plain distances and
-    representations, the detector's state saved and restored into a new one before reading ``restore_at``."""
+    """The alerts, surprises, scores and range alerts of one single-channel lane fed readings ``x`` with plain
+    distances and representations, the detector's state saved and restored into a new one before reading
+    ``restore_at``."""
     detector = Detector(config, dims=2)
     detector.add(streams=1, lanes=1)
     one, rng = rows(0), np.random.default_rng(5)
