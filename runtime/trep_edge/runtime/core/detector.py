@@ -1831,11 +1831,10 @@ class Detector:
         new.stats.judged_[warm] = np.maximum(new.stats.judged_[warm], new.gate.min_count)
         # The signals' correlations are partly the old model's: relearned from the new model's readings.
         new.stats.pairs_[:], new.stats.comoment_[:], new.stats.coexceed_[:] = 0, 0.0, 0.0
-        new.steps = new.steps.with_arrays(self.steps.state_dict())
-        new.stuck = new.stuck.with_arrays(self.stuck.state_dict())
-        new.seasons = new.seasons.with_arrays(self.seasons.state_dict())
-        new.rest = new.rest.with_arrays(self.rest.state_dict())
-        new.range = new.range.with_arrays(self.range.state_dict())
+        # Every other part is a record of the sensor (step, stuck, seasonal, rest, range): carried over as it is.
+        for name, part, _ in self.parts():
+            if name not in ("memory", "stats", "gate"):
+                setattr(new, name, getattr(new, name).with_arrays(part.state_dict()))
         new.memory.add_streams(new.stats.n_streams)
         return new
 
@@ -1896,7 +1895,7 @@ class Detector:
             lanes = self.stats.n_streams
             if prefix == "memory" and sub:  # loaded first: its lanes are its own rows
                 fresh, lanes = np.shape(sub["ring_"])[2:] != (self.dims,), len(sub["written_"])
-            if prefix in ("steps", "stuck", "seasons", "rest", "range", "memory") and fresh:
+            if prefix not in ("stats", "gate") and fresh:  # every checkpoint holds those two
                 setattr(self, prefix, type(part)(**part._config(), n_streams=lanes))
             else:
                 setattr(self, prefix, part.with_arrays(sub))
