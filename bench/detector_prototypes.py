@@ -121,6 +121,8 @@ Prototypes (``KIND:key=value;...``, each key optional):
   at the wrong moment of the cycle.
 - ``range-free``: an alert of the range path alone (its reading left its range, its score below the threshold)
   spends none of the stream's alert budget.
+- ``range-in-budget`` (``slack``): the range path alerts only while the stream's recent alerts (decayed) are at most
+  its budget plus ``slack``; over it, a reading beyond its range must beat the raised bar like any other.
 - ``surprise-scores``: every alert scores its own surprise, as before the scores said what the gate decided (an
   alert below the threshold keeps its lower score); the alerts are the committed ones, only the tuned figure moves.
 - ``signal-tail`` (``dofs``, ``/``-separated in ``SIGNALS`` order): each signal judged under a Student-t tail of its
@@ -1360,6 +1362,21 @@ def range_free() -> Prototype:
     return _patching(AlertGate, decide=on_decide)
 
 
+def range_in_budget(slack: float = 0.0) -> Prototype:
+    """The range path alerts only while the stream is within its alert budget (its recent alerts, decayed, at most
+    ``budget`` + ``slack``): over it, a reading beyond its range must beat the raised bar like any other, so a stream
+    already past its budget does not spend more of it on a reading whose score stays below the threshold."""
+    decide = AlertGate.decide
+
+    def on_decide(self: AlertGate, idx: np.ndarray, score: np.ndarray, *inputs: np.ndarray | None):
+        if len(inputs) > 1 and inputs[1] is not None and self.budget_cost:
+            within = self.spent_[idx] * self._keep <= self.budget + slack
+            inputs = (inputs[0], np.asarray(inputs[1], dtype=bool) & within, *inputs[2:])
+        return decide(self, idx, score, *inputs)
+
+    return _patching(AlertGate, decide=on_decide)
+
+
 def signal_tail(dofs: str = "8/8/4") -> Prototype:
     """Each signal judged under a tail of its own (``dofs``, ``/``-separated even degrees of freedom in ``SIGNALS``
     order, 0 for the Gaussian) instead of ``tail_dof`` for all: the plain-value ``deviation`` is what alarms on
@@ -1571,7 +1588,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "phase-novelty": phase_novelty, "lone-model": lone_model, "relative-distance": relative_distance,
     "signal-weight": signal_weight, "full-novelty": full_novelty, "cycle-profile": cycle_profile,
     "surprise-scores": surprise_scores, "mean-range": mean_range, "phase-range": phase_range,
-    "range-free": range_free,
+    "range-free": range_free, "range-in-budget": range_in_budget,
 }  # fmt: skip
 
 

@@ -13,4 +13,5 @@ case "$workers" in
   # side by side took 52 s with two threads each, 37 s with one).
   *) export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1} ;;
 esac
-exec .venv/bin/python -m pytest -q -n "$workers" --dist worksteal "$@"
+# --durations: every run names its slowest tests, so a suite nearing its 15-minute line shows what to trim.
+exec .venv/bin/python -m pytest -q -n "$workers" --dist worksteal --durations=15 "$@"

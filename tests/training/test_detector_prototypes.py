@@ -112,6 +112,20 @@ def test_range_free_leaves_the_budget_unspent_by_a_range_alert_only_while_patche
     assert spent(True) == 1.0  # committed: the range alert spends one
 
 
+def test_range_in_budget_stops_range_alerts_only_over_the_budget_and_only_while_patched():
+    def alerts(spent: float) -> bool:
+        gate = AlertGate(threshold=4.0, min_count=1, refractory=0, protect=10, budget=2.0, budget_span=1000,
+                         budget_cost=1.0, n_streams=1)  # fmt: skip
+        gate.spent_[0] = spent
+        return bool(gate.decide(np.array([0]), np.array([1.0]), None, np.array([True]))[0][0])
+
+    with prototypes.parse("range-in-budget").patches():
+        assert alerts(1.0) and not alerts(3.0)  # within the budget it alerts; past it, not
+    with prototypes.parse("range-in-budget:slack=2").patches():
+        assert alerts(3.0) and not alerts(5.0)
+    assert alerts(3.0) and alerts(5.0)  # committed: the range path alerts whatever the budget
+
+
 def test_phase_range_finds_a_peak_at_a_troughs_moment_inside_the_range_only_while_patched():
     rng = np.random.default_rng(2)
     x = np.sin(2 * np.pi * np.arange(1600) / 24) + rng.normal(0, 0.05, 1600)
