@@ -121,6 +121,10 @@ Prototypes (``KIND:key=value;...``, each key optional):
   at the wrong moment of the cycle.
 - ``range-free``: an alert of the range path alone (its reading left its range, its score below the threshold)
   spends none of the stream's alert budget.
+- ``range-calm`` (``gap``): a reading beyond its range alerts only where its channel has not left its range (alerting
+  or not) within its last ``gap`` readings.
+- ``range-young`` (``age``): a reading must leave its range by ``range_tol`` times ``age`` over the lane's recorded
+  readings (at least ``range_tol``): a young range asks more.
 - ``range-in-budget`` (``slack``): the range path alerts only while the stream's recent alerts (decayed) are at most
   its budget plus ``slack``; over it, a reading beyond its range must beat the raised bar like any other.
 - ``surprise-scores``: every alert scores its own surprise, as before the scores said what the gate decided (an
@@ -1362,6 +1366,47 @@ def range_free() -> Prototype:
     return _patching(AlertGate, decide=on_decide)
 
 
+def range_calm(gap: float = 500) -> Prototype:
+    """A channel's reading beyond its range alerts only where the channel has not left its range (by ``range_tol`` of
+    it, alerting or not: while the lane is young, in a refractory period) within its last ``gap`` readings: a channel
+    that keeps setting new extremes is still finding its range or wanders, and its next exit is not news."""
+    gap = int(gap)
+    fresh, beyond = detector_module.RangeRecord._fresh, detector_module.RangeRecord.beyond
+
+    def on_fresh(self: detector_module.RangeRecord, n: int) -> dict[str, np.ndarray]:
+        return {**fresh(self, n), "calm_": np.full((n, self.channels), gap, dtype=np.int64)}
+
+    def on_beyond(self: detector_module.RangeRecord, idx: np.ndarray, reading: np.ndarray) -> np.ndarray:
+        x = np.asarray(reading, dtype=np.float64).reshape(len(idx), self.channels)
+        lo, hi = self.lo_[idx], self.hi_[idx]
+        span = hi - lo
+        with np.errstate(invalid="ignore"):
+            exits = np.isfinite(span) & (span > 0) & ((x > hi + self.tol * span) | (x < lo - self.tol * span))
+        calm = self.calm_[idx]
+        plain = beyond(self, idx, reading)
+        self.calm_[idx] = np.where(exits, 0, np.minimum(calm + 1, gap))
+        return plain & (exits & (calm >= gap)).any(axis=1)
+
+    return _patching(detector_module.RangeRecord, _fresh=on_fresh, beyond=on_beyond)
+
+
+def range_young(age: float = 1000) -> Prototype:
+    """A young range asks more: a reading must leave its channel's range by ``range_tol`` times ``age`` over the
+    readings the lane has recorded (at least ``range_tol``): a range a few hundred readings old has seen little of a
+    wandering channel, and the range path's false alarms fall early in a stream's life."""
+    beyond = detector_module.RangeRecord.beyond
+
+    def on_beyond(self: detector_module.RangeRecord, idx: np.ndarray, reading: np.ndarray) -> np.ndarray:
+        x = np.asarray(reading, dtype=np.float64).reshape(len(idx), self.channels)
+        lo, hi = self.lo_[idx], self.hi_[idx]
+        margin = (self.tol * np.maximum(1.0, age / np.maximum(self.seen_[idx], 1)))[:, None] * (hi - lo)
+        plain = beyond(self, idx, reading)
+        with np.errstate(invalid="ignore"):
+            return plain & ((x > hi + margin) | (x < lo - margin)).any(axis=1)
+
+    return _patching(detector_module.RangeRecord, beyond=on_beyond)
+
+
 def range_in_budget(slack: float = 0.0) -> Prototype:
     """The range path alerts only while the stream is within its alert budget (its recent alerts, decayed, at most
     ``budget`` + ``slack``): over it, a reading beyond its range must beat the raised bar like any other, so a stream
@@ -1589,6 +1634,7 @@ PROTOTYPES: dict[str, Callable[..., Prototype]] = {
     "signal-weight": signal_weight, "full-novelty": full_novelty, "cycle-profile": cycle_profile,
     "surprise-scores": surprise_scores, "mean-range": mean_range, "phase-range": phase_range,
     "range-free": range_free, "range-in-budget": range_in_budget,
+    "range-calm": range_calm, "range-young": range_young,
 }  # fmt: skip
 
 

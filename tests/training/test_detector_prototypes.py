@@ -126,6 +126,36 @@ def test_range_in_budget_stops_range_alerts_only_over_the_budget_and_only_while_
     assert alerts(3.0) and alerts(5.0)  # committed: the range path alerts whatever the budget
 
 
+def test_range_calm_lets_only_a_calm_channels_exit_alert_and_only_while_patched():
+    rng = np.random.default_rng(3)
+    calm = rng.normal(0, 1, 1200)
+    calm[1000] = 12.0  # far beyond a stationary channel's range, long after its range last grew much
+    growing = rng.normal(0, 1, 1200)
+    growing[[700, 900, 1100]] = [6.0, 9.0, 13.5]  # bursts that keep setting new extremes, 200 readings apart
+
+    def exits(x: np.ndarray) -> list[int]:
+        record = RangeRecord(1, 0.1, 300, n_streams=1)
+        return [t for t, v in enumerate(x) if record.beyond(np.array([0]), np.array([[v]]))[0]]
+
+    with prototypes.parse("range-calm:gap=500").patches():
+        assert exits(calm) == [1000] and exits(growing) == [700]  # the second and third bursts are not news
+    assert exits(calm) == [1000] and exits(growing) == [700, 900, 1100]  # committed: every exit counts
+
+
+def test_range_young_asks_a_young_range_for_more_only_while_patched():
+    x = np.zeros(1200)
+    x[:300] = np.linspace(0.0, 1.0, 300)  # a range of 1 after 300 readings, then flat
+    x[400], x[1100] = 1.2, 1.4  # 0.2 past the range at 400 readings: too little there; 0.2 again at 1,100: enough
+
+    def exits() -> list[int]:
+        record = RangeRecord(1, 0.1, 300, n_streams=1)
+        return [t for t, v in enumerate(x) if record.beyond(np.array([0]), np.array([[v]]))[0]]
+
+    with prototypes.parse("range-young:age=1000").patches():  # at 400 readings it asks 0.25 of the range
+        assert exits() == [1100]
+    assert exits() == [400, 1100]
+
+
 def test_phase_range_finds_a_peak_at_a_troughs_moment_inside_the_range_only_while_patched():
     rng = np.random.default_rng(2)
     x = np.sin(2 * np.pi * np.arange(1600) / 24) + rng.normal(0, 0.05, 1600)
