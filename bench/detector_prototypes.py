@@ -1669,10 +1669,18 @@ def score_prototypes(bench: dr.Bench, results: dict, prototypes: dict[str, Proto
             bench.score(results, spec, bench.run(base, tapes), began)
 
 
-def stream_set_main(script: str, description: str, load: Callable[[argparse.Namespace], list[Stream]]) -> None:
+def stream_set_main(
+    script: str, description: str, load: Callable[[argparse.Namespace], list[Stream]], streams: int = 0
+) -> None:
     """The command line of a script that replays one fixed set of streams (``load``): the committed detector,
-    ``--variants``, ``--prototypes`` and ``--peers`` on them, its table printed and written to ``--out``."""
+    ``--variants``, ``--prototypes`` and ``--peers`` on them, its table printed and written to ``--out``. With
+    ``streams`` > 0 the set is drawn stream by stream and ``--streams`` (default ``streams``) says how many ``load``
+    builds (``args.streams``): a larger draw keeps the default's streams and adds more."""
     parser = argparse.ArgumentParser(description=description)
+    if streams:
+        parser.add_argument("--streams", type=int, default=streams, metavar="N",
+                            help=f"how many streams to draw (default {streams}; the first ones are the same whatever "
+                            "the count)")  # fmt: skip
     dr.add_arguments(parser)
     parser.add_argument("--variants", nargs="*", default=[], help="NAME:key=value;key=value detector variants")
     parser.add_argument("--prototypes", nargs="*", default=[], metavar="KIND:key=value;...",
@@ -1688,6 +1696,8 @@ def stream_set_main(script: str, description: str, load: Callable[[argparse.Name
         parser.error("--quick and --categories do not apply: this script has one set of streams")
     if not 0.0 <= args.count_from < 1.0:
         parser.error(f"--count-from {args.count_from}: give a share of a stream's rows, at least 0 and below 1")
+    if streams and args.streams < 1:
+        parser.error(f"--streams {args.streams}: give at least 1")
     peers, peer_flags = dr.chosen_peers(args, parser)
     variants = dr.committed_and(args.variants, parser)
     try:
@@ -1697,7 +1707,8 @@ def stream_set_main(script: str, description: str, load: Callable[[argparse.Name
         parser.error(str(exc))
     bench = dr.Bench.load(args, load(args))
     bench.count_from = args.count_from
-    flags = (dr.corpus_flags(args) + [f"--count-from {args.count_from:g}"] * bool(args.count_from)
+    flags = (dr.corpus_flags(args) + [f"--streams {args.streams}"] * bool(streams and args.streams != streams)
+             + [f"--count-from {args.count_from:g}"] * bool(args.count_from)
              + ["--variants", *(f"'{v}'" for v in args.variants)] * bool(args.variants)
              + ["--base", f"'{args.base}'"] * bool(args.base)
              + ["--prototypes", *(f"'{p}'" for p in args.prototypes)] * bool(args.prototypes) + peer_flags)
