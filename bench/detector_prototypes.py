@@ -164,7 +164,7 @@ import detector_replay as dr
 from trep_edge.runtime.core import detector as detector_module
 from trep_edge.runtime.core.detector import (
     DEVIATION_MIN_VALUES, MODEL_SIGNALS, SIGNALS, AlertGate, DetectorConfig, SignalPrior, SignalStats,
-    window_deviation,
+    beyond_range, window_deviation,
 )
 from trep_edge.runtime.core.preprocess import robust_location_scale
 from trep_edge.runtime.core.stream_state import StreamState
@@ -1286,9 +1286,7 @@ def mean_range(k: float = 16, lag: float = -1, tol: float = 0.1, after: float = 
         lo, hi = self.mlo_[idx], self.mhi_[idx]
         span = hi - lo
         known = np.isfinite(span) & (span > 0) & (self.mseen_[idx] >= after)[:, None]
-        margin = tol * np.where(known, span, 0.0)
-        with np.errstate(invalid="ignore"):
-            out = known & ((mean > hi + margin) | (mean < lo - margin))
+        out = known & beyond_range(mean, lo, hi, tol * np.where(known, span, 0.0))
         queue = self.queue_[idx]
         old = queue[:, :, -1] if lag else mean
         queue = np.roll(queue, 1, axis=2)
@@ -1337,7 +1335,7 @@ def phase_range(tol: float = 0.1, cycles: float = 7, width: float = 0.02, need: 
             if not np.isfinite(seen).any():
                 continue
             lo, hi, margin = np.nanmin(seen), np.nanmax(seen), tol * span[r, c]
-            out[r] |= bool(x[r, c] > hi + margin or x[r, c] < lo - margin)
+            out[r] |= bool(beyond_range(x[r, c], lo, hi, margin))
         return plain | out
 
     @contextmanager
@@ -1380,8 +1378,7 @@ def range_calm(gap: float = 500) -> Prototype:
         x = np.asarray(reading, dtype=np.float64).reshape(len(idx), self.channels)
         lo, hi = self.lo_[idx], self.hi_[idx]
         span = hi - lo
-        with np.errstate(invalid="ignore"):
-            exits = np.isfinite(span) & (span > 0) & ((x > hi + self.tol * span) | (x < lo - self.tol * span))
+        exits = np.isfinite(span) & (span > 0) & beyond_range(x, lo, hi, self.tol * span)
         calm = self.calm_[idx]
         plain = beyond(self, idx, reading)
         self.calm_[idx] = np.where(exits, 0, np.minimum(calm + 1, gap))
@@ -1400,9 +1397,7 @@ def range_young(age: float = 1000) -> Prototype:
         x = np.asarray(reading, dtype=np.float64).reshape(len(idx), self.channels)
         lo, hi = self.lo_[idx], self.hi_[idx]
         margin = (self.tol * np.maximum(1.0, age / np.maximum(self.seen_[idx], 1)))[:, None] * (hi - lo)
-        plain = beyond(self, idx, reading)
-        with np.errstate(invalid="ignore"):
-            return plain & ((x > hi + margin) | (x < lo - margin)).any(axis=1)
+        return beyond(self, idx, reading) & beyond_range(x, lo, hi, margin).any(axis=1)
 
     return _patching(detector_module.RangeRecord, beyond=on_beyond)
 

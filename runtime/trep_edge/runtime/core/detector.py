@@ -1064,6 +1064,13 @@ class RestRecord(StreamState):
         return parts * (1.0 / np.where(lower, ref, 1.0))[:, None, :]
 
 
+def beyond_range(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, margin: np.ndarray) -> np.ndarray:
+    """Where readings ``x`` lie more than ``margin`` above ``hi`` or below ``lo`` (NaN anywhere: not beyond); the one
+    test of a reading leaving a range (``RangeRecord``)."""
+    with np.errstate(invalid="ignore"):
+        return (x > hi + margin) | (x < lo - margin)
+
+
 class RangeRecord(StreamState):
     """The lowest and highest reading of each lane's channels since the lane started, and the readings that leave
     that range by more than a share of it (``DetectorConfig.range_tol``).
@@ -1094,9 +1101,7 @@ class RangeRecord(StreamState):
         lo, hi = self.lo_[idx], self.hi_[idx]
         span = hi - lo
         known = np.isfinite(span) & (span > 0) & (self.seen_[idx] >= self.least)[:, None]
-        margin = self.tol * np.where(known, span, 0.0)
-        with np.errstate(invalid="ignore"):
-            out = known & ((x > hi + margin) | (x < lo - margin))
+        out = known & beyond_range(x, lo, hi, self.tol * np.where(known, span, 0.0))
         self.lo_[idx], self.hi_[idx] = np.fmin(lo, x), np.fmax(hi, x)
         self.seen_[idx] += np.isfinite(x).any(axis=1)
         return out.any(axis=1)
